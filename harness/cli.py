@@ -1,0 +1,191 @@
+"""The `fakelet` command: run conformance checks, list subjects.
+
+    fakelet run                                  # every bundled reference subject, fast profile
+    fakelet run --subject NAME [--defect D] [--profile fast|upstream] [--check ID ...] [--seed N] [--out DIR]
+    fakelet run --plugin-cmd "CMD ..." --resource example.com/foo [--mount-namespace]
+    fakelet subjects
+
+Each subject runs in its own pytest process over the `suites` package with
+the fakelet plugin, so the CLI and `pytest --fakelet-*` share one code path.
+Exit code: 0 when every MUST check of every subject passed, 1 when one did
+not, 2 on bad input or a harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.profiles import PROFILES
+from harness.runconfig import RunConfig
+from harness.subjects import ProfileError, all_subjects
+from reports.model import SubjectReport
+from reports.writers import write_all
+
+EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
+SUITES = {"device-plugin": "suites.dp"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
+                                     "for Kubernetes device plugins.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run conformance checks and write reports")
+    run.add_argument("--subject", action="append", default=[], metavar="NAME",
+                     help="subject profile to run (repeatable); default: every bundled reference subject")
+    run.add_argument("--defect", help="run the subject as a mutant with this named defect")
+    run.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    run.add_argument("--check", action="append", default=[], metavar="ID", help="run only this check (repeatable)")
+    run.add_argument("--seed", type=int, default=0, help="seed for fault schedules (default 0)")
+    run.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
+    run.add_argument("--plugin-cmd", help="launch this device plugin command instead of a named subject")
+    run.add_argument("--resource", help="the resource name the --plugin-cmd plugin registers")
+    run.add_argument("--mount-namespace", action="store_true",
+                     help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
+    run.add_argument("--binary", help="prebuilt binary for a subject whose profile builds one")
+    run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    sub.add_parser("subjects", help="list the known subjects and their defects")
+    return parser
+
+
+def configs(args: argparse.Namespace) -> list[RunConfig]:
+    """Validate every flag before anything starts, so bad input fails fast and leaves nothing."""
+    if args.defect and len(args.subject) > 1:
+        raise UsageError("--defect applies to one --subject")
+    if args.plugin_cmd:
+        names: list[str | None] = [None]
+    elif args.subject:
+        names = list(args.subject)
+    else:
+        names = [s.name for s in all_subjects() if s.reference]
+    return [RunConfig.build(subject=name, defect=args.defect, profile=args.profile, seed=args.seed,
+                            checks=args.check, out=args.out, plugin_cmd=args.plugin_cmd, resource=args.resource,
+                            mount_namespace=args.mount_namespace, binary=args.binary) for name in names]
+
+
+def pytest_argv(args: argparse.Namespace, run: RunConfig, out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "pytest", "--pyargs", SUITES[run.spec.kind], "-p", "no:cacheprovider",
+            "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
+            "--fakelet-profile", run.profile.name, "--fakelet-seed", str(run.seed), "--fakelet-out", str(out)]
+    if args.plugin_cmd:
+        argv += ["--fakelet-plugin-cmd", args.plugin_cmd, "--fakelet-resource", args.resource]
+        if args.mount_namespace:
+            argv.append("--fakelet-mount-namespace")
+    else:
+        argv += ["--fakelet-subject", run.spec.name]
+    if run.defect:
+        argv += ["--fakelet-defect", run.defect]
+    if args.binary:
+        argv += ["--fakelet-binary", args.binary]
+    for check_id in run.checks:
+        argv += ["--fakelet-check", check_id]
+    return argv
+
+
+def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").unlink(missing_ok=True)
+    stdout = None if args.verbose else subprocess.DEVNULL
+    proc = subprocess.Popen(pytest_argv(args, run, out), stdout=stdout)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        # The child got the same SIGINT and is tearing its checks down; let it finish.
+        proc.wait()
+        raise
+    if code not in (0, 1) or not (out / "report.json").exists():
+        raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
+                           f"rerun with -v to see its output")
+    return SubjectReport.from_dict(json.loads((out / "report.json").read_text()))
+
+
+def print_report(report: SubjectReport) -> None:
+    s = report.summary()
+    name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
+    print(f"\n{name}: {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error "
+          f"({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
+    for c in report.checks:
+        first = (c.detail.splitlines() or [""])[0]
+        print(f"  {c.verdict.upper():5} {c.id:10} {c.level:6} {first[:110]}")
+        if c.verdict in ("fail", "error"):
+            print(f"        reproduce: {c.repro}")
+    print(f"  => {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}")
+
+
+def write_index(reports: list[SubjectReport], out: Path) -> None:
+    index = {"schema_version": reports[0].schema_version if reports else "1",
+             "runs": [r.to_dict() for r in reports],
+             "summary": {"subjects": len(reports), "conformant": all(r.conformant() for r in reports)}}
+    (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
+    lines = ["# fakelet conformance", "", "| subject | pass | fail | skip | error | verdict |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        s = r.summary()
+        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['skip']} | "
+                     f"{s['error']} | {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    runs = configs(args)
+    if not runs:
+        raise UsageError("no subjects to run")
+    out = Path(args.out)
+    reports = []
+    for run in runs:
+        target = out if len(runs) == 1 else out / run.spec.name
+        reports.append(run_one(args, run, target))
+        print_report(reports[-1])
+    if len(runs) > 1:
+        write_index(reports, out)
+    else:
+        write_all(reports[0], out)
+    print(f"\nreports: {out}/")
+    return EXIT_OK if all(r.conformant() for r in reports) else EXIT_NONCONFORMANT
+
+
+def cmd_subjects() -> int:
+    for spec in all_subjects():
+        tag = " (reference)" if spec.reference else ""
+        print(f"{spec.name}{tag}: {spec.kind}, {spec.launcher} launcher, resource {spec.resource}")
+        if spec.description:
+            print(f"  {spec.description}")
+        for d in spec.defects.values():
+            print(f"  --defect {d.name:24} fails {', '.join(d.kills)}")
+    return EXIT_OK
+
+
+def _term_to_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _term_to_interrupt)
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    try:
+        if args.command == "subjects":
+            return cmd_subjects()
+        return cmd_run(args)
+    except (UsageError, ProfileError, ValueError) as err:
+        print(f"fakelet: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as err:
+        print(f"fakelet: harness error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

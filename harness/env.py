@@ -1,0 +1,195 @@
+"""One check's world: a sandbox, the fake kubelet, the subject, one timeline.
+
+`DPEnv` wires the pieces together and offers the waits the checks need
+(registration, the first device list, a process exit), each bounded and each
+aborting early when the timeline shows the awaited thing cannot come.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.filewatch import FileWatch
+from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher
+from harness.node import FakeNode
+from harness.probe import ProbeClient
+from harness.profiles import Profile
+from harness.sandbox import Sandbox
+from harness.subjects import ProfileError, SubjectSpec, fixtures_dir, free_port, render
+from harness.timeline import Event, Timeline
+
+REGISTRATION_KINDS = ("kubelet.register", "kubelet.start", "kubelet.stop", "process.exit", "fault.fired")
+# Rejections no retry can fix: the plugin asked for something the kubelet never accepts.
+PERMANENT_REJECTIONS = ("is not supported by kubelet", "is invalid")
+
+
+class SubjectUnavailable(RuntimeError):
+    """The subject cannot run on this machine (binary missing): the check skips."""
+
+
+class DPEnv:
+    def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
+                 binary: str | None = None, artifacts: Path | None = None) -> None:
+        if defect is not None and defect not in spec.defects:
+            raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
+                               f"known: {', '.join(spec.defects) or 'none'}")
+        self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
+        self.binary, self.artifacts = binary, artifacts
+        self.timeline = Timeline()
+        self.sandbox = Sandbox()
+        self.node = FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, profile)
+        self.inventory: list[dict[str, Any]] | None = None
+        try:
+            self.subject = self._make_launcher()
+        except BaseException:
+            self.sandbox.close()
+            raise
+        self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
+        self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
+
+    # -- setup -------------------------------------------------------------
+
+    def _placeholders(self) -> dict[str, str]:
+        values = {
+            "python": sys.executable, "plugin_dir": str(self.sandbox.plugin_dir),
+            "kubelet_socket": str(self.sandbox.kubelet_socket), "dev_dir": str(self.sandbox.dev_dir),
+            "sandbox": str(self.sandbox.path), "resource": self.spec.resource,
+            "free_port": str(free_port()), "defect": self.defect or "",
+            "bin": self.binary or "", "inventory": "",
+        }
+        if self.spec.launcher == "mount-namespace":
+            # Inside the namespace the plugin sees the sandbox at the host path.
+            values["plugin_dir"] = HOST_DEVICE_PLUGIN_DIR
+            values["kubelet_socket"] = f"{HOST_DEVICE_PLUGIN_DIR}/kubelet.sock"
+        if self.spec.inventory:
+            values["inventory"] = str(self._install_inventory())
+        return values
+
+    def _install_inventory(self) -> Path:
+        source = fixtures_dir() / self.spec.inventory  # type: ignore[operator]
+        if not source.is_file():
+            raise ProfileError(f"{self.spec.source}: inventory {self.spec.inventory} not found under {fixtures_dir()}")
+        target = self.sandbox.dev_dir / "inventory.yaml"
+        shutil.copyfile(source, target)
+        self.inventory = yaml.safe_load(target.read_text())["devices"]
+        for device in self.inventory:
+            if device.get("dev"):
+                (self.sandbox.dev_dir / device["dev"]).touch()
+        return target
+
+    def _make_launcher(self) -> ProcessLauncher:
+        if "{bin}" in " ".join(self.spec.command) and not self.binary:
+            raise SubjectUnavailable(f"subject {self.spec.name}: no binary built (needs Go to build it)")
+        for name in self.spec.dev_files:
+            (self.sandbox.dev_dir / name).touch()
+        values = self._placeholders()
+        argv = [render(a, values, self.spec.source) for a in self.spec.command]
+        if self.defect:
+            argv += [render(a, values, self.spec.source) for a in self.spec.defect_args]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.sandbox.path),
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "GRPC_VERBOSITY": "ERROR"}
+        env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
+        log = self.sandbox.logs_dir / f"{self.spec.name}.log"
+        if self.spec.launcher == "mount-namespace":
+            return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline,
+                                     binds={str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR},
+                                     scratch=self.sandbox.state_dir)
+        return ProcessLauncher(self.spec.name, argv, env, log, self.timeline)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start_kubelet(self) -> None:
+        self.node.start_kubelet()
+
+    def start_subject(self) -> None:
+        self.subject.start()
+
+    def start(self) -> DPEnv:
+        self.start_kubelet()
+        self.start_subject()
+        return self
+
+    def close(self) -> None:
+        try:
+            self.subject.stop()
+        finally:
+            self.node.close()
+            self.files.stop()
+            if self.artifacts is not None:
+                self.artifacts.mkdir(parents=True, exist_ok=True)
+                self.timeline.dump(str(self.artifacts / "timeline.json"))
+                if self.subject.log_path.exists():
+                    shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
+            self.sandbox.close()
+
+    def __enter__(self) -> DPEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- observations --------------------------------------------------------
+
+    def is_mine(self, event: Event) -> bool:
+        return event.source == self.spec.name
+
+    def _exit_abort(self, event: Event) -> bool:
+        # Only the current process's exit ends a wait: a restart's killed predecessor does not.
+        return event.kind == "process.exit" and self.is_mine(event) and event.get("pid") == self.subject.pid
+
+    def wait_register_call(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        """The first Register call to reach the kubelet, accepted or not."""
+        return self.timeline.wait_for(
+            lambda e: e.kind == "kubelet.register", timeout_s or self.profile.reaction_s,
+            "a Register call on kubelet.sock", since_ns, abort=self._exit_abort, relevant=REGISTRATION_KINDS)
+
+    def wait_registered(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        """A Register the kubelet accepted, for the subject's resource."""
+        def permanent(e: Event) -> bool:
+            return self._exit_abort(e) or (
+                e.kind == "kubelet.register" and not e.get("accepted")
+                and any(p in e.get("error", "") for p in PERMANENT_REJECTIONS))
+        return self.timeline.wait_for(
+            lambda e: e.kind == "kubelet.register" and bool(e.get("accepted")),
+            timeout_s or self.profile.reaction_s, f"an accepted registration of {self.spec.resource}",
+            since_ns, abort=permanent, relevant=REGISTRATION_KINDS)
+
+    def wait_first_list(self, endpoint_id: int, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        return self.timeline.wait_for(
+            lambda e: e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint_id,
+            timeout_s or self.profile.reaction_s, "a ListAndWatch response", since_ns,
+            abort=lambda e: e.kind == "kubelet.stream_end" and e.get("endpoint_id") == endpoint_id,
+            relevant=("grpc.stream_msg", "kubelet.stream_end", "kubelet.register", "process.exit"))
+
+    def registered_and_listed(self, since_ns: int = 0) -> tuple[Event, Event]:
+        reg = self.wait_registered(since_ns)
+        return reg, self.wait_first_list(reg.get("endpoint_id"), since_ns)
+
+    def probe(self, register: Event) -> ProbeClient:
+        """A direct client to the endpoint the plugin registered, for calls the kubelet would not make."""
+        from harness.kubelet.devicemanager import go_join
+        return ProbeClient(go_join(self.sandbox.plugin_dir, register.get("endpoint")), self.timeline)
+
+    def now(self) -> int:
+        return self.timeline.now()
+
+    def at(self, event: Event) -> str:
+        """When an event happened, relative to the start of this check."""
+        return f"+{(event.t_ns - self.timeline.origin_ns) / 1e9:.3f}s"
+
+    def wait_file(self, name: str, created: bool, since_ns: int, timeout_s: float | None = None) -> Event:
+        kind = "file.created" if created else "file.deleted"
+        return self.timeline.wait_for(
+            lambda e: e.kind == kind and e.get("name") == name, timeout_s or self.profile.reaction_s,
+            f"{name} to be {'created' if created else 'deleted'} in the device-plugins directory",
+            since_ns, relevant=("file.created", "file.deleted", "kubelet.register", "process.exit"))
+
+    def outage(self, seconds: float) -> None:
+        """Hold a fault for a fixed time (the kubelet stays down): a duration, not a sync point."""
+        self.timeline.record("fault.outage", "harness", seconds=seconds)
+        self.timeline.wait_quiet(lambda e: False, seconds)

@@ -1,0 +1,65 @@
+"""The device manager's checkpoint: device assignments that survive a restart.
+
+The file sits beside kubelet.sock under the upstream name and keeps the
+upstream shape (PodDeviceEntries + RegisteredDevices). Its checksum is our own:
+fakelet never reads a real kubelet's checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHECKPOINT_NAME = "kubelet_internal_checkpoint"  # kubelet devicemanager manager.go kubeletDeviceManagerCheckpoint
+
+
+@dataclass(frozen=True)
+class PodDeviceEntry:
+    pod_uid: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass
+class CheckpointData:
+    entries: list[PodDeviceEntry] = field(default_factory=list)
+    registered: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _payload(data: CheckpointData) -> dict:
+    return {
+        "PodDeviceEntries": [
+            {"PodUID": e.pod_uid, "ContainerName": e.container, "ResourceName": e.resource,
+             "DeviceIDs": {"-1": list(e.device_ids)}}
+            for e in data.entries
+        ],
+        "RegisteredDevices": data.registered,
+    }
+
+
+def write(path: Path, data: CheckpointData) -> None:
+    payload = _payload(data)
+    blob = json.dumps(payload, sort_keys=True).encode()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"Data": payload, "Checksum": zlib.crc32(blob)}, indent=1))
+    os.replace(tmp, path)
+
+
+def read(path: Path) -> CheckpointData:
+    """Load a checkpoint; a missing file is an empty one, a corrupt one is an error."""
+    if not path.exists():
+        return CheckpointData()
+    doc = json.loads(path.read_text())
+    payload = doc["Data"]
+    if zlib.crc32(json.dumps(payload, sort_keys=True).encode()) != doc["Checksum"]:
+        raise ValueError(f"{path}: checkpoint checksum mismatch")
+    entries = [
+        PodDeviceEntry(e["PodUID"], e["ContainerName"], e["ResourceName"],
+                       tuple(i for ids in e["DeviceIDs"].values() for i in ids))
+        for e in payload["PodDeviceEntries"]
+    ]
+    return CheckpointData(entries, {k: list(v) for k, v in payload["RegisteredDevices"].items()})

@@ -1,0 +1,386 @@
+"""The fake kubelet's device manager, with upstream v1.36 semantics.
+
+Upstream: pkg/kubelet/cm/devicemanager (manager.go, endpoint.go,
+plugin/v1beta1/server.go). It serves Registration on kubelet.sock, validates
+and connects plugins, turns ListAndWatch into capacity and allocatable, admits
+pods by calling GetPreferredAllocation / Allocate / PreStartContainer, and
+checkpoints assignments so that they survive a restart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import stat
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from harness.faults import FaultPlan
+from harness.grpcutil import insecure_unix_channel, status_of, unix_target
+from harness.interceptors import RecordingServerInterceptor, to_dict
+from harness.kubelet import checkpoint
+from harness.kubelet.endpoint import DialError, Endpoint
+from harness.kubelet.validation import is_extended_resource_name
+from harness.profiles import Profile
+from harness.timeline import Timeline
+from harness.wire import dp, dp_grpc
+
+KUBELET_SOCKET = "kubelet.sock"  # deviceplugin v1beta1 constants.go KubeletSocket
+SUPPORTED_VERSIONS = ("v1beta1",)  # deviceplugin v1beta1 constants.go SupportedVersions
+HEALTHY = "Healthy"  # deviceplugin v1beta1 constants.go Healthy
+UNHEALTHY = "Unhealthy"  # deviceplugin v1beta1 constants.go Unhealthy
+PLUGIN_DIR_MODE = 0o750  # plugin/v1beta1 server.go Start: os.MkdirAll(s.socketDir, 0750)
+# plugin/v1beta1 server.go error formats (Go's %q of a string and of a []string).
+ERR_UNSUPPORTED_VERSION = "requested API version {version} is not supported by kubelet. Supported version is {supported}"
+ERR_INVALID_RESOURCE_NAME = "the ResourceName {name} is invalid"
+PROBE_TIMEOUT_S = 1.0  # harness observation for DP-REG-01, not a kubelet timer
+
+
+def go_join(directory: Path, name: str) -> str:
+    """Go's filepath.Join: an absolute `name` still lands under `directory`; '..' is resolved."""
+    return os.path.normpath(os.path.join(str(directory), name.lstrip("/")))
+
+
+def go_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def go_quote_list(values: tuple[str, ...]) -> str:
+    return "[" + " ".join(go_quote(v) for v in values) + "]"
+
+
+class AdmissionError(RuntimeError):
+    pass
+
+
+@dataclass
+class ResourceState:
+    endpoint: Endpoint | None
+    options: dp.DevicePluginOptions = field(default_factory=dp.DevicePluginOptions)
+    devices: dict[str, dp.Device] = field(default_factory=dict)
+    stopped_at: float | None = None
+    stale_endpoints: list[Endpoint] = field(default_factory=list)
+
+    def healthy(self) -> list[str]:
+        return sorted(i for i, d in self.devices.items() if d.health == HEALTHY and self.stopped_at is None)
+
+    def capacity(self) -> int:
+        return len(self.devices)
+
+
+@dataclass
+class ContainerAllocation:
+    container: str
+    resource: str
+    device_ids: list[str]
+    response: dict
+    reused: bool = False
+
+
+class DeviceManager:
+    """One kubelet instance's device manager; `FakeNode` makes a new one per restart."""
+
+    _instances = itertools.count(1)
+
+    def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile) -> None:
+        self.plugin_dir, self.timeline, self.profile = Path(plugin_dir), timeline, profile
+        self.state_dir = Path(state_dir)
+        self.instance = next(self._instances)
+        self.faults = FaultPlan(timeline, "kubelet")
+        self._lock = threading.RLock()
+        self._resources: dict[str, ResourceState] = {}
+        self._entries: list[checkpoint.PodDeviceEntry] = []
+        self._server: grpc.Server | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.plugin_dir / KUBELET_SOCKET
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / checkpoint.CHECKPOINT_NAME
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> DeviceManager:
+        self.plugin_dir.mkdir(mode=PLUGIN_DIR_MODE, parents=True, exist_ok=True)
+        self._cleanup_plugin_dir()
+        self._restore_checkpoint()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="kubelet"),
+                             interceptors=[RecordingServerInterceptor(self.timeline, "kubelet", self.faults)])
+        dp_grpc.add_RegistrationServicer_to_server(_RegistrationServicer(self), server)
+        self._listen(server)
+        server.start()
+        self._server = server
+        self.timeline.record("kubelet.start", "kubelet", instance=self.instance, socket=str(self.socket_path))
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; like the real kubelet, leave kubelet.sock and plugin sockets behind."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.faults.close()
+        server.stop(grace=0).wait(5)
+        with self._lock:
+            endpoints = [e for r in self._resources.values() for e in (r.endpoint, *r.stale_endpoints)
+                         if e is not None]
+        for ep in endpoints:
+            ep.close()
+        for ep in endpoints:
+            ep.join(2)
+        self.timeline.record("kubelet.stop", "kubelet", instance=self.instance)
+
+    def _listen(self, server: grpc.Server) -> None:
+        """Listen on kubelet.sock so that it outlives the listener, as upstream's does.
+
+        grpc unlinks the path it bound when it stops, but a real kubelet leaves
+        kubelet.sock behind on exit. So bind a private path, hard-link it into
+        place (it appears atomically, already listening) and drop the private
+        name: on stop grpc finds nothing to unlink and a dead kubelet.sock stays.
+        """
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private = self.state_dir / f"kubelet-{self.instance}.sock"
+        private.unlink(missing_ok=True)
+        server.add_insecure_port(unix_target(str(private)))
+        self.socket_path.unlink(missing_ok=True)
+        os.link(private, self.socket_path)
+        private.unlink()
+
+    def _cleanup_plugin_dir(self) -> None:
+        """Delete every socket except the checkpoint (upstream CleanupPluginDirectory)."""
+        removed = []
+        for entry in os.scandir(self.plugin_dir):
+            if entry.path == str(self.checkpoint_path):
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISSOCK(mode):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+        self.timeline.record("kubelet.cleanup", "kubelet", instance=self.instance, removed=sorted(removed))
+
+    def _restore_checkpoint(self) -> None:
+        data = checkpoint.read(self.checkpoint_path)
+        with self._lock:
+            self._entries = list(data.entries)
+            # Restored resources start with no devices and a stopped endpoint
+            # (manager.go readCheckpoint): capacity 0 until the plugin re-registers.
+            for resource in data.registered:
+                self._resources[resource] = ResourceState(endpoint=None, stopped_at=time.monotonic())
+
+    def _write_checkpoint(self) -> None:
+        with self._lock:
+            registered = {r: s.healthy() for r, s in self._resources.items()}
+            data = checkpoint.CheckpointData(list(self._entries), registered)
+        checkpoint.write(self.checkpoint_path, data)
+
+    # -- registration ------------------------------------------------------
+
+    def register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
+        probe = self._probe_endpoint(request.endpoint)
+        event = {"instance": self.instance, "resource": request.resource_name, "version": request.version,
+                 "endpoint": request.endpoint, "options": to_dict(request.options), "probe": probe}
+        error = self._validate(request)
+        endpoint = None
+        if error is None:
+            endpoint = Endpoint(request.resource_name, go_join(self.plugin_dir, request.endpoint), self.timeline)
+            try:
+                endpoint.dial(self.profile.dial_timeout_s)
+                options = endpoint.fetch_options()
+            except DialError as err:
+                error = str(err)
+        if error is None and self._server is None:
+            error = "kubelet is shutting down"
+        if error is not None:
+            if endpoint is not None:
+                endpoint.close()
+            self.timeline.record("kubelet.register", "kubelet", accepted=False, error=error, **event)
+            context.abort(grpc.StatusCode.UNKNOWN, error)
+        assert endpoint is not None
+        self._connect(endpoint, options)
+        self.timeline.record("kubelet.register", "kubelet", accepted=True, served_options=to_dict(options),
+                             endpoint_id=endpoint.id, **event)
+        return dp.Empty()
+
+    def _validate(self, request: dp.RegisterRequest) -> str | None:
+        if request.version not in SUPPORTED_VERSIONS:
+            return ERR_UNSUPPORTED_VERSION.format(version=go_quote(request.version),
+                                                  supported=go_quote_list(SUPPORTED_VERSIONS))
+        if not is_extended_resource_name(request.resource_name):
+            return ERR_INVALID_RESOURCE_NAME.format(name=go_quote(request.resource_name))
+        return None
+
+    def _probe_endpoint(self, endpoint: str) -> dict:
+        """DP-REG-01's observation: does the endpoint answer at the moment Register arrives?"""
+        path = self.plugin_dir / endpoint
+        if not path.exists():
+            return {"ok": False, "error": f"no socket at {path}"}
+        channel = insecure_unix_channel(str(path))
+        try:
+            dp_grpc.DevicePluginStub(channel).GetDevicePluginOptions(dp.Empty(), timeout=PROBE_TIMEOUT_S)
+            return {"ok": True}
+        except grpc.RpcError as err:
+            return {"ok": False, "error": status_of(err)}
+        finally:
+            channel.close()
+
+    def _connect(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> None:
+        # Upstream (plugin/v1beta1 handler.go connectClient) replaces the client
+        # without disconnecting the old one, whose stream keeps feeding the same
+        # resource; the device sets stay until the new stream's first list.
+        with self._lock:
+            old = self._resources.get(endpoint.resource)
+            state = ResourceState(endpoint=endpoint, options=options)
+            if old is not None:
+                state.devices = dict(old.devices)
+                state.stale_endpoints = [e for e in (old.endpoint, *old.stale_endpoints) if e is not None]
+            self._resources[endpoint.resource] = state
+        endpoint.run(self._on_list, self._on_stream_end)
+
+    def _on_list(self, endpoint: Endpoint, response: dp.ListAndWatchResponse) -> None:
+        with self._lock:
+            state = self._resources.get(endpoint.resource)
+            if state is None or state.stopped_at is not None:
+                return
+            # Each message replaces the whole device set, whichever client of
+            # the resource sent it (PluginListAndWatchReceiver keys by name).
+            state.devices = {d.ID: d for d in response.devices}
+        self._record_devices(endpoint.resource, "list")
+        self._write_checkpoint()
+
+    def _on_stream_end(self, endpoint: Endpoint, reason: str) -> None:
+        # Upstream runClient disconnects whatever client is *current* for the
+        # resource when any of its streams ends, even an older one's.
+        with self._lock:
+            state = self._resources.get(endpoint.resource)
+            disconnect = state is not None and state.stopped_at is None and not endpoint.stopped_by_kubelet
+            current = state.endpoint if state is not None else None
+            if disconnect and state is not None:
+                # PluginDisconnected: every device unhealthy, capacity kept; the
+                # resource goes after endpointStopGracePeriod.
+                state.stopped_at = time.monotonic()
+        self.timeline.record("kubelet.stream_end", "kubelet", instance=self.instance,
+                             resource=endpoint.resource, endpoint_id=endpoint.id, reason=reason,
+                             disconnected=disconnect)
+        if disconnect:
+            if current is not None and current is not endpoint:
+                current.close()
+            self._record_devices(endpoint.resource, "disconnected")
+
+    def _record_devices(self, resource: str, why: str) -> None:
+        capacity, allocatable = self.capacity(resource), self.allocatable(resource)
+        self.timeline.record("kubelet.devices", "kubelet", instance=self.instance, resource=resource,
+                             why=why, capacity=capacity, allocatable=allocatable)
+
+    # -- node status -------------------------------------------------------
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            gone = [r for r, s in self._resources.items()
+                    if s.stopped_at is not None and now - s.stopped_at > self.profile.endpoint_grace_s]
+            for r in gone:
+                del self._resources[r]
+        for r in gone:
+            self.timeline.record("kubelet.resource_removed", "kubelet", instance=self.instance, resource=r)
+
+    def capacity(self, resource: str) -> int | None:
+        self._expire()
+        with self._lock:
+            state = self._resources.get(resource)
+            return None if state is None else state.capacity()
+
+    def allocatable(self, resource: str) -> int | None:
+        self._expire()
+        with self._lock:
+            state = self._resources.get(resource)
+            return None if state is None else len(state.healthy())
+
+    def devices(self, resource: str) -> dict[str, str]:
+        with self._lock:
+            state = self._resources.get(resource)
+            return {} if state is None else {i: d.health for i, d in state.devices.items()}
+
+    def endpoint(self, resource: str) -> Endpoint | None:
+        with self._lock:
+            state = self._resources.get(resource)
+            return None if state is None or state.stopped_at is not None else state.endpoint
+
+    # -- pod admission -----------------------------------------------------
+
+    def admit(self, pod_uid: str, container: str, resource: str, count: int) -> ContainerAllocation:
+        """Give one container `count` devices, the way the kubelet does at admission."""
+        with self._lock:
+            for entry in self._entries:
+                if (entry.pod_uid, entry.container, entry.resource) == (pod_uid, container, resource):
+                    # Allocate once: the assignment lives in the checkpoint.
+                    return ContainerAllocation(container, resource, list(entry.device_ids), {}, reused=True)
+            state = self._resources.get(resource)
+            if state is None or state.endpoint is None or state.stopped_at is not None:
+                raise AdmissionError(f"unknown or unregistered resource {resource!r}")
+            in_use = {i for e in self._entries if e.resource == resource for i in e.device_ids}
+            available = [i for i in state.healthy() if i not in in_use]
+            endpoint, options = state.endpoint, state.options
+        if len(available) < count:
+            raise AdmissionError(f"requested number of devices unavailable for {resource}. "
+                                 f"Requested: {count}, Available: {len(available)}")
+        chosen = available[:count]
+        if options.get_preferred_allocation_available:
+            preferred = endpoint.preferred(available, [], count)
+            valid = [i for i in preferred if i in available][:count]
+            chosen = valid + [i for i in available if i not in valid][: count - len(valid)]
+        try:
+            response = endpoint.allocate(chosen)
+        except grpc.RpcError as err:
+            raise AdmissionError(f"allocate for {resource} failed: {status_of(err)}") from None
+        with self._lock:
+            self._entries.append(checkpoint.PodDeviceEntry(pod_uid, container, resource, tuple(chosen)))
+        self._write_checkpoint()
+        result = ContainerAllocation(container, resource, chosen, to_dict(response.container_responses[0])
+                                     if response.container_responses else {})
+        self.timeline.record("kubelet.admitted", "kubelet", instance=self.instance, pod=pod_uid,
+                             container=container, resource=resource, devices=chosen)
+        return result
+
+    def start_containers(self, pod_uid: str) -> None:
+        """Container start: PreStartContainer where the plugin requires it (manager.go callPreStartContainerIfNeeded)."""
+        with self._lock:
+            work = [(e, self._resources.get(e.resource)) for e in self._entries if e.pod_uid == pod_uid]
+        for entry, state in work:
+            if state is None or state.endpoint is None or not state.options.pre_start_required:
+                continue
+            try:
+                state.endpoint.pre_start(list(entry.device_ids), self.profile.prestart_timeout_s)
+            except grpc.RpcError as err:
+                raise AdmissionError(f"device plugin PreStartContainer rpc failed with err: {status_of(err)}") from None
+            self.timeline.record("kubelet.prestarted", "kubelet", instance=self.instance, pod=pod_uid,
+                                 container=entry.container, resource=entry.resource)
+
+    def remove_pod(self, pod_uid: str) -> None:
+        with self._lock:
+            self._entries = [e for e in self._entries if e.pod_uid != pod_uid]
+        self._write_checkpoint()
+
+    def pod_devices(self, pod_uid: str) -> dict[str, list[str]]:
+        with self._lock:
+            out: dict[str, list[str]] = {}
+            for e in self._entries:
+                if e.pod_uid == pod_uid:
+                    out.setdefault(e.resource, []).extend(e.device_ids)
+            return out
+
+
+class _RegistrationServicer(dp_grpc.RegistrationServicer):
+    def __init__(self, manager: DeviceManager) -> None:
+        self._manager = manager
+
+    def Register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:  # noqa: N802
+        return self._manager.register(request, context)

@@ -1,0 +1,105 @@
+"""The kubelet's client to one registered device plugin (upstream endpoint.go + client.go)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+import grpc
+
+from harness.grpcutil import CHANNEL_OPTIONS, status_of, unix_target
+from harness.interceptors import RecordingClientInterceptor, to_dict
+from harness.timeline import Timeline
+from harness.wire import dp, dp_grpc
+
+_ids = itertools.count(1)
+
+
+class DialError(RuntimeError):
+    pass
+
+
+class Endpoint:
+    """A connection to a plugin: options fetched once, one ListAndWatch stream.
+
+    The kubelet never re-opens ListAndWatch: when the stream ends the endpoint
+    is stopped, and only a new Register brings a new one.
+    """
+
+    def __init__(self, resource: str, socket_path: str, timeline: Timeline) -> None:
+        self.id = next(_ids)
+        self.resource, self.socket_path, self.timeline = resource, socket_path, timeline
+        self._raw = grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS)
+        channel = grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "kubelet"))
+        self.stub = dp_grpc.DevicePluginStub(channel)
+        self.options = dp.DevicePluginOptions()
+        self._stream: grpc.Future | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def dial(self, timeout_s: float) -> None:
+        """Blocking dial with the kubelet's timeout (client.go dial: grpc.WithBlock)."""
+        try:
+            grpc.channel_ready_future(self._raw).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            self.close()
+            raise DialError(f"failed to dial device plugin: context deadline exceeded "
+                            f"(unix {self.socket_path}, {timeout_s:g}s)") from None
+
+    def fetch_options(self) -> dp.DevicePluginOptions:
+        try:
+            self.options = self.stub.GetDevicePluginOptions(dp.Empty())
+        except grpc.RpcError as err:
+            self.close()
+            raise DialError(f"failed to get device plugin options: {status_of(err)}") from None
+        return self.options
+
+    def run(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],
+            on_end: Callable[[Endpoint, str], None]) -> None:
+        self._thread = threading.Thread(target=self._watch, args=(on_update, on_end),
+                                        name=f"law-{self.resource}-{self.id}", daemon=True)
+        self._thread.start()
+
+    def _watch(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],
+               on_end: Callable[[Endpoint, str], None]) -> None:
+        reason = "stream ended by plugin"
+        try:
+            self._stream = self.stub.ListAndWatch(dp.Empty())
+            for response in self._stream:
+                self.timeline.record("grpc.stream_msg", "kubelet", side="client", method="ListAndWatch",
+                                     endpoint_id=self.id, resource=self.resource,
+                                     message=to_dict(response))
+                on_update(self, response)
+        except grpc.RpcError as err:
+            reason = "stopped by kubelet" if self._stopping.is_set() else status_of(err)
+        if self._stopping.is_set():
+            reason = "stopped by kubelet"
+        on_end(self, reason)
+
+    def allocate(self, device_ids: list[str]) -> dp.AllocateResponse:
+        request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=device_ids)])
+        return self.stub.Allocate(request)
+
+    def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
+        request = dp.PreferredAllocationRequest(container_requests=[dp.ContainerPreferredAllocationRequest(
+            available_deviceIDs=available, must_include_deviceIDs=must_include, allocation_size=size)])
+        response = self.stub.GetPreferredAllocation(request)
+        return list(response.container_responses[0].deviceIDs) if response.container_responses else []
+
+    def pre_start(self, device_ids: list[str], timeout_s: float) -> None:
+        self.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=device_ids), timeout=timeout_s)
+
+    @property
+    def stopped_by_kubelet(self) -> bool:
+        return self._stopping.is_set()
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._stream is not None:
+            self._stream.cancel()
+        self._raw.close()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)

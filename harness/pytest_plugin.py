@@ -1,0 +1,184 @@
+"""fakelet's pytest plugin: the --fakelet-* options, the fixtures, the verdicts.
+
+Thin on purpose: objects come from the library, fixtures only wire them, and
+the report model decides nothing it is not told. Registered through the
+`pytest11` entry point, so `pytest --pyargs suites --fakelet-subject NAME`
+works in anyone's CI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import grpc
+import pytest
+
+from harness.checks import NOT_APPLICABLE
+from harness.env import DPEnv, SubjectUnavailable
+from harness.runconfig import RunConfig, fakelet_version
+from harness.subjects import ProfileError
+from reports.model import CheckResult, SubjectReport
+from reports.writers import write_all
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fakelet", "fakelet conformance harness")
+    group.addoption("--fakelet-subject", help="subject profile name (fixtures/subjects); default reference-dp")
+    group.addoption("--fakelet-defect", help="run the subject as a mutant with this named defect")
+    group.addoption("--fakelet-profile", default="fast", help="timing profile: fast or upstream")
+    group.addoption("--fakelet-seed", type=int, default=0, help="seed for fault schedules and choices")
+    group.addoption("--fakelet-check", action="append", default=[], metavar="ID", help="run only these check IDs")
+    group.addoption("--fakelet-out", help="write report.json, junit.xml and summary.md here")
+    group.addoption("--fakelet-plugin-cmd", help="launch this plugin command instead of a named subject")
+    group.addoption("--fakelet-resource", help="resource name the --fakelet-plugin-cmd plugin registers")
+    group.addoption("--fakelet-mount-namespace", action="store_true",
+                    help="run --fakelet-plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
+    group.addoption("--fakelet-binary", help="use this prebuilt binary for the subject's {bin}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fakelet_check(id, level, title): a fakelet conformance check")
+    opt = config.option
+    try:
+        run = RunConfig.build(
+            subject=opt.fakelet_subject, defect=opt.fakelet_defect, profile=opt.fakelet_profile,
+            seed=opt.fakelet_seed, checks=opt.fakelet_check, out=opt.fakelet_out,
+            plugin_cmd=opt.fakelet_plugin_cmd, resource=opt.fakelet_resource,
+            mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary)
+    except (ProfileError, ValueError) as err:
+        explicit = any(getattr(opt, k) for k in vars(opt) if k.startswith("fakelet_") and k != "fakelet_profile")
+        if explicit or opt.fakelet_profile != "fast":
+            raise pytest.UsageError(f"fakelet: {err}") from None
+        # Plain pytest runs load this plugin too: complain only if checks get collected.
+        config.pluginmanager.register(Collector(None, str(err)), "fakelet-collector")
+        return
+    config.pluginmanager.register(Collector(run), "fakelet-collector")
+
+
+def _marker(item: pytest.Item) -> pytest.Mark | None:
+    return item.get_closest_marker("fakelet_check")
+
+
+class Collector:
+    """Turns pytest outcomes of marked checks into the report tree."""
+
+    def __init__(self, run: RunConfig | None, error: str = "") -> None:
+        self._run, self._error = run, error
+        self.results: dict[str, CheckResult] = {}
+        self.started = time.monotonic()
+        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    @property
+    def run(self) -> RunConfig:
+        if self._run is None:
+            raise pytest.UsageError(f"fakelet: {self._error}")
+        return self._run
+
+    @pytest.fixture(scope="session")
+    def fakelet_run(self) -> RunConfig:
+        return self.run
+
+    @pytest.fixture
+    def dp_env(self, request: pytest.FixtureRequest) -> Iterator[DPEnv]:
+        mark = _marker(request.node)
+        check_id = mark.kwargs["id"] if mark else request.node.name
+        artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
+        try:
+            binary = self.run.resolve_binary()
+            env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts)
+        except SubjectUnavailable as err:
+            pytest.skip(str(err))
+        try:
+            yield env
+        finally:
+            env.close()
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not any(_marker(i) for i in items):
+            return
+        wanted = set(self.run.checks)
+        if not wanted:
+            return
+        known = {m.kwargs["id"] for i in items if (m := _marker(i))}
+        unknown = wanted - known
+        if unknown:
+            raise pytest.UsageError(f"fakelet: unknown check ID(s) {', '.join(sorted(unknown))}; "
+                                    f"known: {', '.join(sorted(known))}")
+        keep = [i for i in items if (m := _marker(i)) and m.kwargs["id"] in wanted]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+        report = yield
+        mark = _marker(item)
+        if mark is None:
+            return report
+        check_id = mark.kwargs["id"]
+        previous = self.results.get(check_id)
+        verdict, detail, applicable = self._verdict(report, call)
+        if report.when == "teardown" and previous is not None:
+            if verdict == "error" and previous.verdict == "pass":
+                previous.verdict, previous.detail = "error", f"teardown failed: {detail}"
+            previous.duration_s = round(previous.duration_s + report.duration, 3)
+            return report
+        if report.when == "call" or previous is None or verdict != "pass":
+            duration = report.duration + (previous.duration_s if previous else 0.0)
+            self.results[check_id] = CheckResult(
+                id=check_id, level=mark.kwargs["level"], title=mark.kwargs["title"], verdict=verdict,
+                duration_s=round(duration, 3), detail=detail,
+                repro="" if verdict == "pass" else self.run.repro(check_id), applicable=applicable)
+        return report
+
+    @staticmethod
+    def _verdict(report: pytest.TestReport, call: pytest.CallInfo[Any]) -> tuple[str, str, bool]:
+        if report.passed:
+            return "pass", "", True
+        if report.skipped:
+            reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
+            return "skip", reason, not reason.startswith(NOT_APPLICABLE)
+        exc = call.excinfo.value if call.excinfo is not None else None
+        text = str(exc) if exc is not None else str(report.longrepr)
+        if report.when == "call" and isinstance(exc, (AssertionError, grpc.RpcError)):
+            if isinstance(exc, grpc.RpcError):
+                text = f"the plugin failed a call: {exc}"
+            return "fail", text, True
+        return "error", f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}", True
+
+    def subject_report(self) -> SubjectReport:
+        order = {cid: n for n, cid in enumerate(self.results)}
+        return SubjectReport(
+            subject=self.run.spec.name, defect=self.run.defect, profile=self.run.profile.name,
+            seed=self.run.seed, kind=self.run.spec.kind, fakelet_version=fakelet_version(),
+            api_versions={"deviceplugin": "v1beta1"}, timings=self.run.profile.describe(),
+            started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
+            checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._run is not None and self._run.out is not None:
+            write_all(self.subject_report(), self.run.out)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results:
+            return
+        r = self.subject_report()
+        s = r.summary()
+        verdict = "CONFORMANT" if s["conformant"] else "NOT CONFORMANT"
+        terminalreporter.write_line(
+            f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
+            f"{s['skip']} skip, {s['error']} error: {verdict}")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # SIGTERM (a CI timeout, `fakelet run` being stopped) must tear checks down
+    # like Ctrl-C does, so that no subject process or sandbox is left behind.
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

@@ -1,0 +1,33 @@
+"""The named defects that turn the reference device plugin into a mutant.
+
+Each is a bug seen in real plugins. The checks each defect must fail are
+recorded with the subject profile (fixtures/subjects/reference-dp.yaml) and
+asserted by the kill-matrix test.
+"""
+
+DP_DEFECTS: dict[str, str] = {
+    "register-before-serve": "calls Register before its DevicePlugin server listens",
+    "wrong-version": "registers with API version v1alpha instead of v1beta1",
+    "bad-resource-name": "registers a resource name without a domain",
+    "endpoint-traversal": "registers an endpoint that climbs out of the directory with '..'",
+    "options-mismatch": "registers options that differ from what GetDevicePluginOptions serves",
+    "no-wait-for-kubelet": "exits at start-up when kubelet.sock is not there yet",
+    "give-up-on-reject": "stops trying after the kubelet rejects Register once",
+    "register-storm": "calls Register again and again while the kubelet is up",
+    "missing-device": "leaves the last inventory device out of ListAndWatch",
+    "duplicate-ids": "lists the first device twice",
+    "wrong-numa": "reports every device on NUMA node 0",
+    "close-stream": "ends ListAndWatch right after the first response",
+    "allocate-one-response": "answers Allocate with a single container response",
+    "allocate-unknown-ok": "answers Allocate for unknown device IDs with success",
+    "bad-allocate-response": "returns a relative mount path and permissions 'rwx'",
+    "preferred-wrong-size": "GetPreferredAllocation returns every available device",
+    "prestart-hang": "never answers PreStartContainer",
+    "racy-allocate": "builds Allocate responses in shared state, mixing up concurrent calls",
+    "no-reregister": "never registers again after kubelet.sock is recreated",
+    "bounded-retry": "stops watching for the kubelet after a short outage",
+    "no-socket-recreate": "does not re-serve when its socket is deleted",
+    "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
+    "ignore-sigterm": "ignores SIGTERM",
+    "leave-socket": "exits on SIGTERM but leaves its socket file behind",
+}

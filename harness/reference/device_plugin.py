@@ -1,0 +1,399 @@
+"""fakelet's reference device plugin: a conformant v1beta1 plugin, and its mutants.
+
+Best practice it follows: serve before registering; watch the directory with
+inotify for its own socket (re-serve when deleted) and for kubelet.sock
+(register when it appears); retry a failed Register with backoff; send the
+full device list on every change; exit cleanly on SIGTERM. `--defect NAME`
+switches on one named bug (harness/reference/defects.py).
+
+    python -m harness.reference.device_plugin --plugin-dir DIR --inventory FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import yaml
+from inotify_simple import INotify
+from inotify_simple import flags as IN
+
+from harness.grpcutil import insecure_unix_channel, unix_target
+from harness.reference.defects import DP_DEFECTS
+from harness.wire import dp, dp_grpc
+
+log = logging.getLogger("reference-dp")
+
+API_VERSION = "v1beta1"  # deviceplugin v1beta1 constants.go Version
+KUBELET_SOCKET = "kubelet.sock"  # deviceplugin v1beta1 constants.go KubeletSocket
+REGISTER_TIMEOUT_S = 15.0  # must exceed the kubelet's 10 s dial inside Register
+BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 2.0
+STORM_PERIOD_S = 0.2  # register-storm mutant
+BOUNDED_RETRY_S = 2.0  # bounded-retry mutant gives up after this long without kubelet.sock
+REGISTER_BEFORE_SERVE_LAG_S = 0.3  # register-before-serve mutant serves this late
+CLOSE_STREAM_AFTER_S = 0.5  # close-stream mutant ends ListAndWatch this long after its first response
+
+
+class Terminate(Exception):
+    pass
+
+
+def load_inventory(path: Path) -> list[dict]:
+    doc = yaml.safe_load(path.read_text()) or {}
+    devices = doc.get("devices")
+    if not isinstance(devices, list):
+        raise ValueError(f"{path}: expected a 'devices' list")
+    return devices
+
+
+class DevicePluginService(dp_grpc.DevicePluginServicer):
+    def __init__(self, plugin: ReferencePlugin) -> None:
+        self.p = plugin
+        self._scratch: list[dp.ContainerAllocateResponse] = []  # racy-allocate's shared state
+
+    def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> dp.DevicePluginOptions:  # noqa: N802
+        return self.p.options
+
+    def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext):  # noqa: N802
+        cond = self.p.changed
+        context.add_callback(lambda: _notify(cond))
+        seen = -1
+        close_at: float | None = None  # close-stream mutant
+        while context.is_active() and not self.p.stopping.is_set():
+            with cond:
+                if self.p.generation == seen:
+                    remaining = None if close_at is None else close_at - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return
+                    cond.wait(remaining)
+                    continue
+                seen = self.p.generation
+                devices = self.p.device_list()
+            yield dp.ListAndWatchResponse(devices=devices)
+            if self.p.has("close-stream") and close_at is None:
+                # Not at once: the kubelet should have started using the devices first.
+                close_at = time.monotonic() + CLOSE_STREAM_AFTER_S
+
+    def GetPreferredAllocation(self, request: dp.PreferredAllocationRequest, context: grpc.ServicerContext):  # noqa: N802
+        responses = []
+        for req in request.container_requests:
+            if self.p.has("preferred-wrong-size"):
+                ids = list(req.available_deviceIDs)
+            else:
+                rest = sorted(set(req.available_deviceIDs) - set(req.must_include_deviceIDs),
+                              key=self.p.numa_order)
+                ids = (list(req.must_include_deviceIDs) + rest)[: req.allocation_size]
+            responses.append(dp.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return dp.PreferredAllocationResponse(container_responses=responses)
+
+    def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:  # noqa: N802
+        known = {d["id"] for d in self.p.devices}
+        for req in request.container_requests:
+            unknown = [i for i in req.devices_ids if i not in known]
+            if unknown and not self.p.has("allocate-unknown-ok"):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device IDs: {unknown}")
+        responses = [self._container_response(list(r.devices_ids)) for r in request.container_requests]
+        if self.p.has("allocate-one-response"):
+            responses = responses[:1]
+        return dp.AllocateResponse(container_responses=responses)
+
+    def _container_response(self, ids: list[str]) -> dp.ContainerAllocateResponse:
+        bad = self.p.has("bad-allocate-response")
+        resp = dp.ContainerAllocateResponse(
+            envs={"FAKELET_DEVICES": ",".join(ids)},
+            annotations={"fakelet.example.com/devices": ",".join(ids)},
+            mounts=[dp.Mount(container_path="fakelet" if bad else "/run/fakelet",
+                             host_path=str(self.p.dev_dir), read_only=True)],
+            devices=[dp.DeviceSpec(container_path=f"/dev/fakelet/{i}", host_path=self.p.dev_path(i),
+                                   permissions="rwx" if bad else "rw") for i in ids],
+            cdi_devices=[dp.CDIDevice(name=f"{self.p.resource}={i}") for i in ids],
+        )
+        if not self.p.has("racy-allocate"):
+            return resp
+        # The bug: a response parked in shared state while "talking to the driver".
+        self._scratch.append(resp)
+        time.sleep(0.01)
+        return self._scratch[-1]
+
+    def PreStartContainer(self, request: dp.PreStartContainerRequest, context: grpc.ServicerContext):  # noqa: N802
+        if self.p.has("prestart-hang"):
+            self.p.stopping.wait()
+        return dp.PreStartContainerResponse()
+
+
+def _notify(cond: threading.Condition) -> None:
+    with cond:
+        cond.notify_all()
+
+
+class ReferencePlugin:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.plugin_dir = Path(args.plugin_dir)
+        self.kubelet_socket = Path(args.kubelet_socket or self.plugin_dir / KUBELET_SOCKET)
+        self.socket_name = args.socket_name
+        self.socket_path = self.plugin_dir / self.socket_name
+        self.resource = args.resource
+        self.inventory_path = Path(args.inventory)
+        self.dev_dir = Path(args.dev_dir) if args.dev_dir else self.inventory_path.parent
+        self.defect = args.defect
+        self.options = dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
+        self.devices = load_inventory(self.inventory_path)
+        self.generation = 0
+        self.changed = threading.Condition()
+        self.stopping = threading.Event()
+        self.server: grpc.Server | None = None
+
+    def has(self, defect: str) -> bool:
+        return self.defect == defect
+
+    # -- devices -----------------------------------------------------------
+
+    def device_list(self) -> list[dp.Device]:
+        devices = self.devices[:-1] if self.has("missing-device") else list(self.devices)
+        out = [dp.Device(ID=d["id"], health=d.get("health", "Healthy"),
+                         topology=dp.TopologyInfo(nodes=[dp.NUMANode(ID=0 if self.has("wrong-numa") else d["numa"])]))
+               for d in devices]
+        if self.has("duplicate-ids") and out:
+            out.append(out[0])
+        return out
+
+    def numa_order(self, device_id: str) -> tuple[int, str]:
+        numa = {d["id"]: d.get("numa", 0) for d in self.devices}
+        return numa.get(device_id, 0), device_id
+
+    def dev_path(self, device_id: str) -> str:
+        for d in self.devices:
+            if d["id"] == device_id and d.get("dev"):
+                return str(self.dev_dir / d["dev"])
+        return "/dev/null"
+
+    def reload_inventory(self) -> None:
+        try:
+            devices = load_inventory(self.inventory_path)
+        except (OSError, ValueError, yaml.YAMLError) as err:
+            log.warning("inventory unreadable, keeping the last one: %s", err)
+            return
+        with self.changed:
+            self.devices = devices
+            self.generation += 1
+            self.changed.notify_all()
+        log.info("inventory reloaded: %d devices", len(devices))
+
+    # -- serving and registering ---------------------------------------------
+
+    def serve(self) -> None:
+        self.stop_serving()
+        if self.socket_path.exists():
+            if self.has("stale-socket-crash"):
+                log.error("listen unix %s: bind: address already in use", self.socket_path)
+                sys.exit(1)
+            self.socket_path.unlink()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="dp"))
+        dp_grpc.add_DevicePluginServicer_to_server(DevicePluginService(self), server)
+        server.add_insecure_port(unix_target(str(self.socket_path)))
+        server.start()
+        self.server = server
+        log.info("serving on %s", self.socket_path)
+
+    def stop_serving(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            # Streams must see the stop: wake ListAndWatch loops.
+            server.stop(grace=0).wait(5)
+
+    def register(self) -> bool:
+        # Serve before registering, even if the deletion event is still queued.
+        broken = ("register-before-serve", "no-socket-recreate")
+        if not any(map(self.has, broken)) and (self.server is None or not self.socket_path.exists()):
+            self.serve()
+        options = dp.DevicePluginOptions()
+        options.CopyFrom(self.options)
+        if self.has("options-mismatch"):
+            options.pre_start_required = not options.pre_start_required
+        request = dp.RegisterRequest(
+            version="v1alpha" if self.has("wrong-version") else API_VERSION,
+            endpoint=f"../{self.plugin_dir.name}/{self.socket_name}" if self.has("endpoint-traversal")
+            else self.socket_name,
+            resource_name=self.resource.split("/")[-1] if self.has("bad-resource-name") else self.resource,
+            options=options,
+        )
+        channel = insecure_unix_channel(str(self.kubelet_socket))
+        try:
+            dp_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
+        except grpc.RpcError as err:
+            log.warning("Register failed: %s", err.details() if hasattr(err, "details") else err)
+            return False
+        finally:
+            channel.close()
+        log.info("registered %s at %s", self.resource, self.kubelet_socket)
+        return True
+
+    def run(self) -> None:
+        watcher = INotify()
+        watcher.add_watch(str(self.plugin_dir), IN.CREATE | IN.DELETE | IN.MOVED_TO | IN.MOVED_FROM)
+        watcher.add_watch(str(self.inventory_path.parent), IN.CLOSE_WRITE | IN.MOVED_TO)
+        if self.has("no-wait-for-kubelet") and not self.kubelet_socket.exists():
+            log.error("kubelet socket %s not found, exiting", self.kubelet_socket)
+            sys.exit(1)
+        pending = self.kubelet_socket.exists()
+        if self.has("register-before-serve"):
+            early = _Background(self.register)
+            self.stopping.wait(REGISTER_BEFORE_SERVE_LAG_S)
+            self.serve()
+            pending = not early.result(REGISTER_TIMEOUT_S)
+        else:
+            self.serve()
+        loop = _RegisterLoop(self, pending=pending)
+        while True:
+            loop.step()
+            for event in watcher.read(timeout=loop.timeout_ms()):
+                self._on_event(event, loop)
+
+    def _on_event(self, event, loop: _RegisterLoop) -> None:  # noqa: ANN001 - inotify_simple.Event
+        if event.wd != 1:
+            if event.name == self.inventory_path.name:
+                self.reload_inventory()
+            return
+        if event.name == self.socket_name and event.mask & (IN.DELETE | IN.MOVED_FROM):
+            if self.socket_path.exists():
+                return  # an older socket's deletion (our own stale-socket cleanup); we are serving
+            if self.has("no-socket-recreate"):
+                log.info("socket %s deleted; not re-serving", self.socket_path)
+            else:
+                log.info("socket %s deleted; serving again", self.socket_path)
+                self.serve()
+        elif event.name == self.kubelet_socket.name and event.mask & (IN.DELETE | IN.MOVED_FROM):
+            loop.kubelet_gone()
+        elif event.name == self.kubelet_socket.name and event.mask & (IN.CREATE | IN.MOVED_TO):
+            loop.kubelet_appeared()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        _notify(self.changed)
+        self.stop_serving()
+        if self.has("leave-socket"):
+            _dead_socket(self.socket_path)
+
+
+class _RegisterLoop:
+    """When to (re-)register: on kubelet.sock appearing, with backoff on failure."""
+
+    def __init__(self, plugin: ReferencePlugin, pending: bool) -> None:
+        self.p = plugin
+        self.pending = pending
+        self.registered_once = False
+        self.gave_up = False
+        self.backoff = BACKOFF_START_S
+        self.next_try = time.monotonic()
+        self.gone_since: float | None = None
+
+    def kubelet_gone(self) -> None:
+        self.gone_since = time.monotonic()
+
+    def kubelet_appeared(self) -> None:
+        outage = time.monotonic() - self.gone_since if self.gone_since is not None else 0.0
+        self.gone_since = None
+        if self.p.has("bounded-retry") and outage > BOUNDED_RETRY_S:
+            log.warning("kubelet was gone %.1fs; giving up on it", outage)
+            self.gave_up = True
+        if self.gave_up or (self.p.has("no-reregister") and self.registered_once):
+            return
+        self.pending, self.backoff, self.next_try = True, BACKOFF_START_S, time.monotonic()
+
+    def step(self) -> None:
+        if not self.pending or time.monotonic() < self.next_try:
+            return
+        if self.p.register():
+            self.registered_once = True
+            self.pending = self.p.has("register-storm")
+            self.next_try = time.monotonic() + STORM_PERIOD_S
+        elif self.p.has("give-up-on-reject"):
+            log.warning("giving up on registration")
+            self.pending = False
+        else:
+            self.next_try = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
+
+    def timeout_ms(self) -> int | None:
+        if not self.pending:
+            return None
+        return max(0, int((self.next_try - time.monotonic()) * 1000))
+
+
+class _Background:
+    """Run a call on a thread and collect its boolean result later, under a deadline."""
+
+    def __init__(self, fn: Callable[[], bool]) -> None:
+        self._result = False
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], bool]) -> None:
+        self._result = fn()
+
+    def result(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return self._result
+
+
+def _dead_socket(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="reference-dp", description=__doc__.splitlines()[0])
+    parser.add_argument("--plugin-dir", required=True, help="the kubelet's device-plugins directory")
+    parser.add_argument("--kubelet-socket", help="default: PLUGIN_DIR/kubelet.sock")
+    parser.add_argument("--socket-name", default="fakelet-dp.sock", help="endpoint file name")
+    parser.add_argument("--resource", default="fakelet.example.com/gpu")
+    parser.add_argument("--inventory", required=True, help="inventory YAML with a 'devices' list")
+    parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
+    parser.add_argument("--defect", choices=sorted(DP_DEFECTS), help="run as a mutant with this bug")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s reference-dp %(levelname)s %(message)s")
+    try:
+        plugin = ReferencePlugin(args)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        print(f"reference-dp: {err}", file=sys.stderr)
+        return 2
+
+    def on_term(signum: int, frame: object) -> None:
+        raise Terminate()
+
+    if plugin.has("ignore-sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        plugin.run()
+    except (Terminate, KeyboardInterrupt):
+        log.info("terminating")
+    finally:
+        plugin.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""A run's private directory: every socket and file of one check lives here.
+
+Created 0700 under the temp dir with a recognisable prefix (so a reaper can
+find leftovers of a crashed run) and a short path (unix socket paths are
+limited to 107 bytes). `close()` removes it, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+SANDBOX_PREFIX = "fakelet-"
+PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginPath
+SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+
+class Sandbox:
+    def __init__(self, root: Path | None = None) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir=root))
+        os.chmod(self.path, 0o700)
+        for sub in ("kubelet", "dev", "logs", "run"):
+            (self.path / sub).mkdir()
+        self.plugin_dir.mkdir(mode=0o750)
+
+    @property
+    def plugin_dir(self) -> Path:
+        # Mirrors /var/lib/kubelet/device-plugins so it can be bind-mounted there.
+        return self.path / "kubelet" / PLUGIN_DIR_NAME
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.path / "kubelet"
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.plugin_dir / "kubelet.sock"
+
+    @property
+    def dev_dir(self) -> Path:
+        return self.path / "dev"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path / "run"
+
+    def check_socket_path(self, name: str) -> Path:
+        path = self.plugin_dir / name
+        if len(str(path)) > SOCKET_PATH_MAX:
+            raise ValueError(f"socket path {path} is longer than {SOCKET_PATH_MAX} bytes")
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

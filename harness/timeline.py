@@ -1,0 +1,146 @@
+"""The run's single source of truth: every observable thing, timestamped.
+
+gRPC calls, stream messages, file events, process events and injected faults
+all land here with a monotonic nanosecond timestamp. Checks never sleep: they
+wait on a predicate over this log under a deadline, and a timeout says what was
+awaited and what was seen instead.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    t_ns: int
+    kind: str
+    source: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+
+Predicate = Callable[[Event], bool]
+
+
+class WaitTimeout(AssertionError):
+    """The subject did not do what was awaited in time: a conformance failure.
+
+    It subclasses AssertionError so that pytest and the report treat it as a
+    failed check, not as a harness error.
+    """
+
+    def __init__(self, awaiting: str, timeout_s: float, seen: list[Event], since_ns: int) -> None:
+        self.awaiting, self.timeout_s, self.seen = awaiting, timeout_s, seen
+        lines = [describe(e, since_ns) for e in seen[-8:]] or ["nothing"]
+        super().__init__(
+            f"expected {awaiting} within {timeout_s:g}s; saw instead:\n  " + "\n  ".join(lines)
+        )
+
+
+def describe(event: Event, origin_ns: int = 0) -> str:
+    summary = ", ".join(f"{k}={v}" for k, v in event.data.items() if k not in {"request", "response"})
+    return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s {event.kind} [{event.source}] {summary}"
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._cond = threading.Condition()
+        self.origin_ns = time.monotonic_ns()
+
+    def now(self) -> int:
+        return time.monotonic_ns()
+
+    def record(self, kind: str, source: str, **data: Any) -> Event:
+        with self._cond:
+            event = Event(time.monotonic_ns(), kind, source, data)
+            self._events.append(event)
+            self._cond.notify_all()
+        return event
+
+    def events(self, since_ns: int = 0, kind: str | None = None) -> list[Event]:
+        with self._cond:
+            return [e for e in self._events
+                    if e.t_ns >= since_ns and (kind is None or e.kind == kind)]
+
+    def find(self, predicate: Predicate, since_ns: int = 0) -> list[Event]:
+        return [e for e in self.events(since_ns) if predicate(e)]
+
+    def wait_for(
+        self,
+        predicate: Predicate,
+        timeout_s: float,
+        awaiting: str,
+        since_ns: int = 0,
+        abort: Predicate | None = None,
+        relevant: Iterable[str] | None = None,
+    ) -> Event:
+        """Return the first event since `since_ns` matching `predicate`.
+
+        `abort` ends the wait early when an event shows the awaited thing can no
+        longer happen (a permanent rejection, a process exit). `relevant` lists
+        event kinds worth quoting in a timeout message.
+        """
+        deadline = time.monotonic() + timeout_s
+        checked = 0
+        with self._cond:
+            while True:
+                window = [e for e in self._events[checked:] if e.t_ns >= since_ns]
+                checked = len(self._events)
+                for event in window:
+                    if predicate(event):
+                        return event
+                    if abort is not None and abort(event):
+                        raise WaitTimeout(f"{awaiting} (gave up: {describe(event, since_ns)})",
+                                          (event.t_ns - since_ns) / 1e9, self._seen(since_ns, relevant),
+                                          since_ns)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise WaitTimeout(awaiting, timeout_s, self._seen(since_ns, relevant), since_ns)
+                self._cond.wait(remaining)
+
+    def wait_quiet(self, predicate: Predicate, window_s: float, since_ns: int = 0) -> Event | None:
+        """Watch for `window_s`: return the first matching event, or None if none came.
+
+        This is an observation window for checks that assert something does NOT
+        happen (a registration storm, a closed stream); it is bounded and
+        returns early on the first offending event.
+        """
+        deadline = time.monotonic() + window_s
+        checked = 0
+        with self._cond:
+            while True:
+                window = [e for e in self._events[checked:] if e.t_ns >= since_ns]
+                checked = len(self._events)
+                for event in window:
+                    if predicate(event):
+                        return event
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def _seen(self, since_ns: int, relevant: Iterable[str] | None) -> list[Event]:
+        kinds = set(relevant) if relevant is not None else None
+        return [e for e in self._events if e.t_ns >= since_ns and (kinds is None or e.kind in kinds)]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        with self._cond:
+            out = []
+            for e in self._events:
+                d = asdict(e)
+                d["t_s"] = round((e.t_ns - self.origin_ns) / 1e9, 6)
+                out.append(d)
+            return out
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1, default=str)

@@ -1,0 +1,71 @@
+"""Writers for the report tree: JSON, JUnit XML, Markdown."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from reports.model import SubjectReport
+
+ICONS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
+
+
+def write_json(report: SubjectReport, path: Path) -> None:
+    path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+def write_junit(report: SubjectReport, path: Path) -> None:
+    s = report.summary()
+    suite = ET.Element("testsuite", name=f"fakelet.{report.subject}", tests=str(s["total"]),
+                       failures=str(s["fail"]), errors=str(s["error"]), skipped=str(s["skip"]),
+                       time=f"{report.duration_s:.3f}")
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("subject", report.subject), ("defect", report.defect or ""),
+                        ("profile", report.profile), ("seed", str(report.seed)),
+                        ("fakelet_version", report.fakelet_version)):
+        ET.SubElement(props, "property", name=name, value=value)
+    for c in report.checks:
+        case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}.{c.level}",
+                             name=f"{c.id} {c.title}", time=f"{c.duration_s:.3f}")
+        if c.verdict in ("fail", "error"):
+            tag = "failure" if c.verdict == "fail" else "error"
+            node = ET.SubElement(case, tag, message=c.detail.splitlines()[0] if c.detail else c.verdict)
+            node.text = f"{c.detail}\n\nreproduce: {c.repro}"
+        elif c.verdict == "skip":
+            ET.SubElement(case, "skipped", message=c.detail)
+    ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+
+
+def markdown(report: SubjectReport) -> str:
+    s = report.summary()
+    title = report.subject + (f" (defect: {report.defect})" if report.defect else "")
+    lines = [
+        f"# fakelet conformance: {title}", "",
+        f"- verdict: **{'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}**",
+        f"- checks: {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error",
+        f"- profile `{report.profile}`, seed {report.seed}, {report.duration_s:.1f}s, fakelet {report.fakelet_version}",
+        f"- API versions: {', '.join(f'{k} {v}' for k, v in report.api_versions.items()) or 'n/a'}", "",
+        "| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |",
+    ]
+    for c in report.checks:
+        first = (c.detail.splitlines() or [""])[0].replace("|", "\\|")
+        lines.append(f"| {c.id} | {c.level} | {ICONS[c.verdict]} | {c.duration_s:.2f}s | {first} |")
+    problems = [c for c in report.checks if c.verdict in ("fail", "error")]
+    if problems:
+        lines += ["", "## Failures", ""]
+        for c in problems:
+            lines += [f"### {c.id} ({c.level}): {c.title}", "", "```", c.detail, "```", "",
+                      f"Reproduce: `{c.repro}`", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(report: SubjectReport, path: Path) -> None:
+    path.write_text(markdown(report))
+
+
+def write_all(report: SubjectReport, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(report, out / "report.json")
+    write_junit(report, out / "junit.xml")
+    write_markdown(report, out / "summary.md")

@@ -1,0 +1,107 @@
+"""DP-REG: how a device plugin registers with the kubelet."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from harness.checks import MUST, SHOULD, check, expect
+from harness.env import DPEnv
+from harness.kubelet.devicemanager import SUPPORTED_VERSIONS, go_join
+from harness.kubelet.validation import endpoint_errors, is_extended_resource_name, qualified_name_errors
+
+
+@check("DP-REG-01", MUST, "serves its DevicePlugin service before it calls Register")
+def test_serves_before_register(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_register_call()
+    probe = reg.get("probe")
+    expect(probe["ok"], "GetDevicePluginOptions to answer on the endpoint when Register arrived",
+           f"{probe.get('error')} at {env.at(reg)}")
+
+
+@check("DP-REG-02", MUST, "RegisterRequest.version is v1beta1")
+def test_version(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_register_call()
+    expect(reg.get("version") in SUPPORTED_VERSIONS, f"version in {list(SUPPORTED_VERSIONS)}",
+           f"version {reg.get('version')!r} at {env.at(reg)}")
+
+
+@check("DP-REG-03", MUST, "resource_name is a valid extended resource name")
+def test_resource_name(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_register_call()
+    name = reg.get("resource")
+    why = "; ".join(qualified_name_errors("requests." + name)) or "it is a native (kubernetes.io or domain-less) name"
+    expect(is_extended_resource_name(name), "an extended resource name 'domain/name' outside kubernetes.io",
+           f"{name!r} ({why}) at {env.at(reg)}")
+
+
+@check("DP-REG-04", MUST, "endpoint is a bare file name in the device-plugins directory, and a socket is there")
+def test_endpoint(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_register_call()
+    endpoint = reg.get("endpoint")
+    errors = endpoint_errors(endpoint)
+    expect(not errors, "a bare file name", f"{'; '.join(errors)} at {env.at(reg)}")
+    path = go_join(env.sandbox.plugin_dir, endpoint)
+    try:
+        is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError as err:
+        is_socket, err_text = False, str(err)
+    else:
+        err_text = "not a socket"
+    expect(is_socket, f"a socket at {path}", err_text)
+
+
+@check("DP-REG-05", MUST, "options in RegisterRequest match GetDevicePluginOptions")
+def test_options_match(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_registered()
+    defaults = {"pre_start_required": False, "get_preferred_allocation_available": False}
+    sent = {**defaults, **(reg.get("options") or {})}
+    served = {**defaults, **(reg.get("served_options") or {})}
+    expect(sent == served, f"the registered options to equal the served ones {served}",
+           f"registered {sent} at {env.at(reg)}")
+
+
+@check("DP-REG-06", MUST, "started before the kubelet, it registers once kubelet.sock appears")
+def test_registers_when_kubelet_appears(dp_env: DPEnv) -> None:
+    env = dp_env
+    t0 = env.now()
+    env.start_subject()
+    # Give the plugin a moment to come up and find no kubelet; a plugin that
+    # exits here has already failed.
+    exited = env.timeline.wait_quiet(lambda e: e.kind == "process.exit" and env.is_mine(e),
+                                     env.profile.quiet_window_s, t0)
+    expect(exited is None, "the plugin to wait for the kubelet",
+           f"it exited with code {exited.get('returncode') if exited else ''} before kubelet.sock existed")
+    t1 = env.now()
+    env.start_kubelet()
+    env.wait_registered(since_ns=t1)
+
+
+@check("DP-REG-07", SHOULD, "after a rejected Register it retries or exits non-zero")
+def test_retries_after_reject(dp_env: DPEnv) -> None:
+    env = dp_env
+    env.node.start_kubelet(arm=lambda m: m.faults.reject("Register", count=1, message="fakelet: rejected once"))
+    env.start_subject()
+    rejected = env.timeline.wait_for(
+        lambda e: e.kind == "grpc.call" and e.get("method") == "Register" and e.get("outcome") != "OK",
+        env.profile.reaction_s, "a Register call (to reject)", abort=lambda e: e.kind == "process.exit")
+    reaction = env.timeline.wait_for(
+        lambda e: (e.kind == "grpc.call" and e.get("method") == "Register" and e.get("side") == "server")
+        or (e.kind == "process.exit" and env.is_mine(e) and e.get("returncode") != 0),
+        env.profile.reaction_s, "another Register, or an exit with a non-zero code, after the rejection",
+        since_ns=rejected.t_ns + 1, relevant=("grpc.call", "process.exit"))
+    expect(reaction is not None, "a reaction", "none")
+
+
+@check("DP-REG-08", SHOULD, "registers once per kubelet instance (no registration storm)")
+def test_no_registration_storm(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_registered()
+    again = env.timeline.wait_quiet(lambda e: e.kind == "kubelet.register", env.profile.quiet_window_s, reg.t_ns + 1)
+    expect(again is None, f"no second Register within {env.profile.quiet_window_s:g}s of an accepted one",
+           f"another Register at {env.at(again) if again else ''}")

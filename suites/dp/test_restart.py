@@ -1,0 +1,93 @@
+"""DP-RST: kubelet restarts that delete sockets, outages, and plugin restarts."""
+
+from __future__ import annotations
+
+import random
+
+from harness.checks import MUST, SHOULD, check, expect
+from harness.env import DPEnv
+from harness.timeline import Event
+
+RESTARTS = 5  # checks.md DP-RST-02
+
+
+def ids_of(msg: Event) -> list[str]:
+    return sorted(d.get("ID", "") for d in msg.get("message", {}).get("devices", []))
+
+
+def instance(env: DPEnv) -> int:
+    assert env.node.manager is not None
+    return env.node.manager.instance
+
+
+@check("DP-RST-01", MUST, "after a kubelet restart it re-registers within T with the same resource and devices")
+def test_reregisters_after_restart(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg1, list1 = env.registered_and_listed()
+    t = env.now()
+    env.node.restart_kubelet()
+    reg2, list2 = env.registered_and_listed(t)
+    expect(reg2.get("instance") == instance(env), "registration with the new kubelet instance",
+           f"instance {reg2.get('instance')}")
+    expect(reg2.get("resource") == reg1.get("resource"), f"resource {reg1.get('resource')}",
+           f"{reg2.get('resource')} at {env.at(reg2)}")
+    expect(ids_of(list2) == ids_of(list1), f"devices {ids_of(list1)}", f"{ids_of(list2)} at {env.at(list2)}")
+
+
+@check("DP-RST-02", MUST, "five back-to-back kubelet restarts, one during registration: it re-registers every time")
+def test_restart_storm(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    env.wait_registered()
+    during = random.Random(env.seed).randrange(RESTARTS)
+    for n in range(RESTARTS):
+        t = env.now()
+        if n != during:
+            env.node.restart_kubelet()
+            reg = env.wait_registered(t)
+            expect(reg.get("instance") == instance(env), f"restart {n + 1}: registration with the new instance",
+                   f"instance {reg.get('instance')}")
+            continue
+        # Hold the next Register in flight, then restart under it.
+        held = []
+        env.node.restart_kubelet(arm=lambda m: held.append(m.faults.hold("Register")))
+        env.timeline.wait_for(lambda e: e.kind == "fault.fired" and e.get("method") == "Register",
+                              env.profile.reaction_s, f"restart {n + 1}: a Register to hold", t)
+        t2 = env.now()
+        env.node.restart_kubelet()
+        reg = env.wait_registered(t2)
+        expect(reg.get("instance") == instance(env),
+               f"restart {n + 1} (during registration): registration with the new instance",
+               f"instance {reg.get('instance')}")
+
+
+@check("DP-RST-03", MUST, "when the kubelet deletes its socket, the plugin recreates it")
+def test_recreates_socket(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg = env.wait_registered()
+    endpoint = str(reg.get("endpoint")).rsplit("/", 1)[-1]
+    t = env.now()
+    env.node.restart_kubelet()
+    env.wait_file(endpoint, created=True, since_ns=t)
+    with env.probe(reg) as probe:
+        probe.options(timeout_s=env.profile.reaction_s)
+
+
+@check("DP-RST-04", SHOULD, "after the kubelet is gone for longer than T, the plugin registers when it returns")
+def test_long_outage(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    env.wait_registered()
+    env.node.stop_kubelet(remove_socket=True)
+    env.outage(env.profile.long_outage_s)
+    t = env.now()
+    env.start_kubelet()
+    env.wait_registered(t)
+
+
+@check("DP-RST-05", MUST, "killed and restarted, the plugin registers again with consistent devices")
+def test_plugin_restart(dp_env: DPEnv) -> None:
+    env = dp_env.start()
+    reg1, list1 = env.registered_and_listed()
+    t = env.now()
+    env.subject.restart(crash=True)
+    reg2, list2 = env.registered_and_listed(t)
+    expect(ids_of(list2) == ids_of(list1), f"devices {ids_of(list1)}", f"{ids_of(list2)} at {env.at(list2)}")
