@@ -52,7 +52,7 @@ def build(module_dir: Path, package: str = ".", name: str | None = None) -> Path
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # parallel builders never share a temp file
     env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
     # Go 1.27's default JSON experiment breaks some Kubernetes components.
     env.setdefault("GOEXPERIMENT", "nojsonv2")

@@ -23,8 +23,9 @@ class ProbeClient:
         self.stub = dp_grpc.DevicePluginStub(
             grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "probe")))
 
-    def options(self, timeout_s: float = CALL_TIMEOUT_S) -> dp.DevicePluginOptions:
-        return self.stub.GetDevicePluginOptions(dp.Empty(), timeout=timeout_s)
+    def options(self, timeout_s: float = CALL_TIMEOUT_S, wait_for_ready: bool = False) -> dp.DevicePluginOptions:
+        """`wait_for_ready`: a socket that has just appeared may not listen yet; wait (bounded) for it."""
+        return self.stub.GetDevicePluginOptions(dp.Empty(), timeout=timeout_s, wait_for_ready=wait_for_ready)
 
     def allocate(self, containers: list[list[str]], timeout_s: float = CALL_TIMEOUT_S) -> dp.AllocateResponse:
         request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)

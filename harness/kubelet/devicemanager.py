@@ -93,6 +93,7 @@ class DeviceManager:
         self.instance = next(self._instances)
         self.faults = FaultPlan(timeline, "kubelet")
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()  # writes come from stream threads and admission
         self._resources: dict[str, ResourceState] = {}
         self._entries: list[checkpoint.PodDeviceEntry] = []
         self._server: grpc.Server | None = None
@@ -177,10 +178,11 @@ class DeviceManager:
                 self._resources[resource] = ResourceState(endpoint=None, stopped_at=time.monotonic())
 
     def _write_checkpoint(self) -> None:
-        with self._lock:
-            registered = {r: s.healthy() for r, s in self._resources.items()}
-            data = checkpoint.CheckpointData(list(self._entries), registered)
-        checkpoint.write(self.checkpoint_path, data)
+        with self._checkpoint_lock:
+            with self._lock:
+                registered = {r: s.healthy() for r, s in self._resources.items()}
+                data = checkpoint.CheckpointData(list(self._entries), registered)
+            checkpoint.write(self.checkpoint_path, data)
 
     # -- registration ------------------------------------------------------
 

@@ -69,7 +69,7 @@ def test_recreates_socket(dp_env: DPEnv) -> None:
     env.node.restart_kubelet()
     env.wait_file(endpoint, created=True, since_ns=t)
     with env.probe(reg) as probe:
-        probe.options(timeout_s=env.profile.reaction_s)
+        probe.options(timeout_s=env.profile.reaction_s, wait_for_ready=True)
 
 
 @check("DP-RST-04", SHOULD, "after the kubelet is gone for longer than T, the plugin registers when it returns")

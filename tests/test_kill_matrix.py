@@ -1,0 +1,63 @@
+"""The kill matrix: the reference plugin passes every check, and each mutant
+fails exactly the checks its profile says it must (fixtures/subjects/reference-dp.yaml).
+
+Each case is a full `fakelet run` in a subprocess, the way users run it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.reference.defects import DP_DEFECTS
+from harness.subjects import load_subject
+
+SPEC = load_subject("reference-dp")
+RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
+
+
+def fakelet_run(out: Path, *args: str) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "reference-dp",
+                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    report_file = out / "report.json"
+    assert report_file.exists(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.returncode, json.loads(report_file.read_text())
+
+
+def verdicts(report: dict, verdict: str) -> list[str]:
+    return sorted(c["id"] for c in report["checks"] if c["verdict"] == verdict)
+
+
+def test_profile_documents_every_defect() -> None:
+    assert set(SPEC.defects) == set(DP_DEFECTS)
+
+
+@pytest.mark.slow
+def test_reference_passes_everything(tmp_path: Path) -> None:
+    code, report = fakelet_run(tmp_path)
+    assert verdicts(report, "fail") == [] and verdicts(report, "error") == [], report["checks"]
+    assert verdicts(report, "skip") == []
+    assert report["summary"]["conformant"] is True
+    assert code == 0
+    # Every check that ships is killed by at least one mutant.
+    killed = {k for d in SPEC.defects.values() for k in d.kills}
+    assert {c["id"] for c in report["checks"]} <= killed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defect", sorted(SPEC.defects))
+def test_mutant_fails_exactly_its_checks(defect: str, tmp_path: Path) -> None:
+    code, report = fakelet_run(tmp_path, "--defect", defect)
+    assert verdicts(report, "error") == [], [c for c in report["checks"] if c["verdict"] == "error"]
+    assert verdicts(report, "fail") == sorted(SPEC.defects[defect].kills)
+    for c in report["checks"]:
+        if c["verdict"] == "fail":
+            assert c["detail"].startswith("expected") or "expected" in c["detail"], c
+            assert c["repro"].endswith(f"--check {c['id']}") and f"--defect {defect}" in c["repro"]
+    must_killed = any(c["level"] == "MUST" and c["verdict"] == "fail" for c in report["checks"])
+    assert code == (1 if must_killed else 0)
+    assert report["summary"]["conformant"] is (not must_killed)
