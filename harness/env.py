@@ -96,8 +96,14 @@ class DPEnv:
         env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "mount-namespace":
-            return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline,
-                                     binds={str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR},
+            binds = {str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR}
+            # Host directories the plugin writes into (e.g. /tmp) get a private
+            # sandbox copy, bound last so earlier sources are already resolved.
+            for n, host_dir in enumerate(self.spec.private_dirs):
+                private = self.sandbox.path / "private" / str(n)
+                private.mkdir(parents=True)
+                binds[str(private)] = host_dir
+            return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline, binds=binds,
                                      scratch=self.sandbox.state_dir)
         return ProcessLauncher(self.spec.name, argv, env, log, self.timeline)
 

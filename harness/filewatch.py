@@ -14,7 +14,6 @@ from inotify_simple import flags as IN
 from harness.timeline import Timeline
 
 
-
 class FileWatch:
     def __init__(self, directory: Path, timeline: Timeline, source: str = "files") -> None:
         self.directory, self.timeline, self.source = Path(directory), timeline, source

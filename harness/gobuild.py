@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 BUILD_TIMEOUT_S = 1200  # a cold k8s.io/kubernetes build on 2 cores takes minutes
@@ -42,26 +43,45 @@ def go_binary() -> str:
     return go
 
 
-def build(module_dir: Path, package: str = ".", name: str | None = None) -> Path:
-    """Build `package` inside `module_dir`; return the cached binary's path."""
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    # Go 1.27's default JSON experiment breaks some Kubernetes components.
+    env.setdefault("GOEXPERIMENT", "nojsonv2")
+    return env
+
+
+def _go(args: list[str], cwd: Path) -> None:
+    proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(), capture_output=True, text=True,
+                          timeout=BUILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"go {' '.join(args)} in {cwd} failed:\n{proc.stderr[-4000:]}")
+
+
+def build(module_dir: Path, package: str = ".", name: str | None = None, get: str | None = None) -> Path:
+    """Build `package` inside `module_dir`; return the cached binary's path.
+
+    `get` (module@version) resolves an unpinned requirement first, in a copy
+    of the module directory, so that the repository's go.mod stays untouched.
+    """
     module_dir = Path(module_dir).resolve()
     if not (module_dir / "go.mod").is_file():
         raise FileNotFoundError(f"{module_dir}/go.mod not found")
     name = name or module_dir.name
-    out = cache_dir() / f"{name}-{_module_hash(module_dir, package)}"
+    out = cache_dir() / f"{name}-{_module_hash(module_dir, package + (get or ''))}"
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # parallel builders never share a temp file
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
-    # Go 1.27's default JSON experiment breaks some Kubernetes components.
-    env.setdefault("GOEXPERIMENT", "nojsonv2")
-    proc = subprocess.run(
-        [go_binary(), "build", "-o", str(tmp), package],
-        cwd=module_dir, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-    )
-    if proc.returncode != 0:
+    try:
+        if get:
+            with tempfile.TemporaryDirectory(prefix="fakelet-gobuild-") as work:
+                shutil.copytree(module_dir, work, dirs_exist_ok=True)
+                _go(["get", get], Path(work))
+                _go(["build", "-o", str(tmp), package], Path(work))
+        else:
+            _go(["build", "-o", str(tmp), package], module_dir)
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"go build {package} in {module_dir} failed:\n{proc.stderr[-4000:]}")
+        raise
     tmp.replace(out)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -69,7 +69,7 @@ class Collector:
         self._run, self._error = run, error
         self.results: dict[str, CheckResult] = {}
         self.started = time.monotonic()
-        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
     @property
     def run(self) -> RunConfig:

@@ -65,7 +65,7 @@ class RunConfig:
             raise SubjectUnavailable(self._binary_error)
         b = self.spec.build
         try:
-            self.binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary")))
+            self.binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"), b.get("get")))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
             self._binary_error = f"subject {self.spec.name}: cannot build {b['package']}: {str(err)[:500]}"
             raise SubjectUnavailable(self._binary_error) from err

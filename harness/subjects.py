@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 import string
 import sys
@@ -65,6 +66,7 @@ class SubjectSpec:
     defect_args: list[str] = field(default_factory=list)
     defects: dict[str, Defect] = field(default_factory=dict)
     build: dict[str, str] | None = None
+    private_dirs: list[str] = field(default_factory=list)
     source: str = "<flags>"
     reference: bool = False
 
@@ -99,6 +101,11 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
     if not command or not all(isinstance(a, str) for a in command):
         raise ProfileError(f"{where}: 'command' must be a non-empty list of strings")
     devices = doc.get("devices") or {}
+    private_dirs = [str(d) for d in doc.get("private_dirs") or []]
+    if private_dirs and launcher != "mount-namespace":
+        raise ProfileError(f"{where}: private_dirs needs launcher: mount-namespace")
+    if any(not d.startswith("/") for d in private_dirs):
+        raise ProfileError(f"{where}: private_dirs must be absolute paths")
     defects = {}
     for name, d in (doc.get("defects") or {}).items():
         if not isinstance(d, dict) or not isinstance(d.get("kills"), list):
@@ -107,11 +114,13 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
     return SubjectSpec(
         name=_require(doc, "name", str, where), kind=kind, command=command,
         resource=_require(doc, "resource", str, where), launcher=launcher,
-        description=str(doc.get("description", "")), env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
+        description=str(doc.get("description", "")),
+        env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
         socket=doc.get("socket"), inventory=doc.get("inventory"),
         dev_files=list(devices.get("files") or []), expected_ids=devices.get("expected_ids"),
         expected_count=devices.get("expected_count"), defect_args=list(doc.get("defect_args") or []),
-        defects=defects, build=doc.get("build"), source=where, reference=bool(doc.get("reference", False)),
+        defects=defects, build=doc.get("build"), private_dirs=private_dirs, source=where,
+        reference=bool(doc.get("reference", False)),
     )
 
 
@@ -143,6 +152,8 @@ def from_command(cmd: str, resource: str, mount_namespace: bool) -> SubjectSpec:
         raise ProfileError(f"--plugin-cmd: cannot parse {cmd!r}: {err}") from err
     if not argv:
         raise ProfileError("--plugin-cmd is empty")
+    if shutil.which(argv[0]) is None:
+        raise ProfileError(f"--plugin-cmd: {argv[0]!r} is not an executable file or a command on PATH")
     return SubjectSpec(name="plugin-cmd", kind="device-plugin", command=argv, resource=resource,
                        launcher="mount-namespace" if mount_namespace else "process", source="--plugin-cmd")
 

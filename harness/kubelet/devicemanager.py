@@ -36,7 +36,8 @@ HEALTHY = "Healthy"  # deviceplugin v1beta1 constants.go Healthy
 UNHEALTHY = "Unhealthy"  # deviceplugin v1beta1 constants.go Unhealthy
 PLUGIN_DIR_MODE = 0o750  # plugin/v1beta1 server.go Start: os.MkdirAll(s.socketDir, 0750)
 # plugin/v1beta1 server.go error formats (Go's %q of a string and of a []string).
-ERR_UNSUPPORTED_VERSION = "requested API version {version} is not supported by kubelet. Supported version is {supported}"
+ERR_UNSUPPORTED_VERSION = ("requested API version {version} is not supported by kubelet. "
+                           "Supported version is {supported}")
 ERR_INVALID_RESOURCE_NAME = "the ResourceName {name} is invalid"
 PROBE_TIMEOUT_S = 1.0  # harness observation for DP-REG-01, not a kubelet timer
 
@@ -353,7 +354,7 @@ class DeviceManager:
         return result
 
     def start_containers(self, pod_uid: str) -> None:
-        """Container start: PreStartContainer where the plugin requires it (manager.go callPreStartContainerIfNeeded)."""
+        """Container start: PreStartContainer where required (manager.go callPreStartContainerIfNeeded)."""
         with self._lock:
             work = [(e, self._resources.get(e.resource)) for e in self._entries if e.pod_uid == pod_uid]
         for entry, state in work:

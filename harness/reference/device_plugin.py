@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -64,7 +64,7 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
     def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> dp.DevicePluginOptions:  # noqa: N802
         return self.p.options
 
-    def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext):  # noqa: N802
+    def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext) -> Iterator[dp.ListAndWatchResponse]:  # noqa: N802
         cond = self.p.changed
         context.add_callback(lambda: _notify(cond))
         seen = -1
@@ -84,7 +84,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                 # Not at once: the kubelet should have started using the devices first.
                 close_at = time.monotonic() + CLOSE_STREAM_AFTER_S
 
-    def GetPreferredAllocation(self, request: dp.PreferredAllocationRequest, context: grpc.ServicerContext):  # noqa: N802
+    def GetPreferredAllocation(  # noqa: N802
+        self, request: dp.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> dp.PreferredAllocationResponse:
         responses = []
         for req in request.container_requests:
             if self.p.has("preferred-wrong-size"):
@@ -97,6 +99,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         return dp.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:  # noqa: N802
+        if self.p.allocate_delay_s > 0:
+            # --allocate-delay-ms: an injected latency fault (benchmarks), cut short on shutdown.
+            self.p.stopping.wait(self.p.allocate_delay_s)
         known = {d["id"] for d in self.p.devices}
         for req in request.container_requests:
             unknown = [i for i in req.devices_ids if i not in known]
@@ -125,7 +130,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         time.sleep(0.01)
         return self._scratch[-1]
 
-    def PreStartContainer(self, request: dp.PreStartContainerRequest, context: grpc.ServicerContext):  # noqa: N802
+    def PreStartContainer(  # noqa: N802
+        self, request: dp.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> dp.PreStartContainerResponse:
         if self.p.has("prestart-hang"):
             self.p.stopping.wait()
         return dp.PreStartContainerResponse()
@@ -146,6 +153,7 @@ class ReferencePlugin:
         self.inventory_path = Path(args.inventory)
         self.dev_dir = Path(args.dev_dir) if args.dev_dir else self.inventory_path.parent
         self.defect = args.defect
+        self.allocate_delay_s: float = args.allocate_delay_ms / 1000
         self.options = dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
         self.devices = load_inventory(self.inventory_path)
         self.generation = 0
@@ -365,7 +373,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inventory", required=True, help="inventory YAML with a 'devices' list")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
     parser.add_argument("--defect", choices=sorted(DP_DEFECTS), help="run as a mutant with this bug")
-    return parser.parse_args(argv)
+    parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
+                        help="answer every Allocate N ms late (an injected latency fault; default 0)")
+    args = parser.parse_args(argv)
+    if args.allocate_delay_ms < 0:
+        parser.error("--allocate-delay-ms must be >= 0")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

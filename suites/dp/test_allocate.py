@@ -56,7 +56,7 @@ def test_one_response_per_container(dp_env: DPEnv) -> None:
 @check("DP-ALC-02", MUST, "Allocate with an unknown device ID returns a gRPC error")
 def test_unknown_id_is_error(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, ids = ready(env)
+    reg, _ids = ready(env)
     with env.probe(reg) as probe:
         try:
             resp = probe.allocate([["fakelet-no-such-device"]])
@@ -127,7 +127,7 @@ def test_preferred_allocation(dp_env: DPEnv) -> None:
 def test_prestart(dp_env: DPEnv) -> None:
     env = dp_env
     env.start()
-    reg, first = env.registered_and_listed()
+    reg, _first = env.registered_and_listed()
     if not reg.get("served_options", {}).get("pre_start_required"):
         not_applicable("the plugin does not require PreStartContainer")
     try:
@@ -157,7 +157,7 @@ def test_concurrent_allocate(dp_env: DPEnv) -> None:
            "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else ""))
 
 
-def _try_allocate(probe, device_id: str) -> dp.AllocateResponse | str:  # noqa: ANN001
+def _try_allocate(probe, device_id: str) -> dp.AllocateResponse | str:
     try:
         return probe.allocate([[device_id]])
     except grpc.RpcError as err:

@@ -18,7 +18,7 @@ def ids_of(msg: Event) -> list[str]:
 @check("DP-LAW-01", MUST, "the first ListAndWatch response comes within T and lists the mapped devices")
 def test_first_list(dp_env: DPEnv) -> None:
     env = dp_env.start()
-    reg, first = env.registered_and_listed()
+    _reg, first = env.registered_and_listed()
     ids = sorted(set(ids_of(first)))  # duplicates are DP-LAW-02's business
     if env.expected_ids is not None:
         expect(ids == env.expected_ids, f"devices {env.expected_ids}", f"{ids} at {env.at(first)}")
@@ -41,7 +41,8 @@ def _validate(msg: Event) -> list[str]:
     return problems
 
 
-@check("DP-LAW-02", MUST, "device IDs are unique and non-empty, health is Healthy/Unhealthy, every response is a full list")
+@check("DP-LAW-02", MUST,
+       "device IDs are unique and non-empty, health is Healthy/Unhealthy, every response is a full list")
 def test_list_well_formed(dp_env: DPEnv) -> None:
     env = dp_env.start()
     reg, first = env.registered_and_listed()
@@ -74,7 +75,7 @@ def test_numa(dp_env: DPEnv) -> None:
     if env.inventory is None or not any("numa" in d for d in env.inventory):
         not_applicable("the subject profile maps no inventory with NUMA nodes")
     env.start()
-    reg, first = env.registered_and_listed()
+    _reg, first = env.registered_and_listed()
     want = {d["id"]: [d["numa"]] for d in env.inventory if "numa" in d}  # type: ignore[union-attr]
     got = {d.get("ID"): [int(n.get("ID", 0)) for n in d.get("topology", {}).get("nodes", [])]
            for d in first.get("message", {}).get("devices", [])}

@@ -48,8 +48,7 @@ def test_restart_storm(dp_env: DPEnv) -> None:
                    f"instance {reg.get('instance')}")
             continue
         # Hold the next Register in flight, then restart under it.
-        held = []
-        env.node.restart_kubelet(arm=lambda m: held.append(m.faults.hold("Register")))
+        env.node.restart_kubelet(arm=lambda m: m.faults.hold("Register"))
         env.timeline.wait_for(lambda e: e.kind == "fault.fired" and e.get("method") == "Register",
                               env.profile.reaction_s, f"restart {n + 1}: a Register to hold", t)
         t2 = env.now()
@@ -86,8 +85,8 @@ def test_long_outage(dp_env: DPEnv) -> None:
 @check("DP-RST-05", MUST, "killed and restarted, the plugin registers again with consistent devices")
 def test_plugin_restart(dp_env: DPEnv) -> None:
     env = dp_env.start()
-    reg1, list1 = env.registered_and_listed()
+    _reg1, list1 = env.registered_and_listed()
     t = env.now()
     env.subject.restart(crash=True)
-    reg2, list2 = env.registered_and_listed(t)
+    _reg2, list2 = env.registered_and_listed(t)
     expect(ids_of(list2) == ids_of(list1), f"devices {ids_of(list1)}", f"{ids_of(list2)} at {env.at(list2)}")

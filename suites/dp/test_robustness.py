@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 from harness.checks import SHOULD, check, expect
@@ -17,5 +18,4 @@ def test_sigterm(dp_env: DPEnv) -> None:
     code = env.subject.wait_exit(env.profile.sigterm_exit_s)
     expect(code is not None, f"an exit within {env.profile.sigterm_exit_s:g}s of SIGTERM", "the plugin still running")
     path = go_join(env.sandbox.plugin_dir, reg.get("endpoint"))
-    import os
     expect(not os.path.exists(path), f"its socket {path} removed", "the socket file still there")
