@@ -7,6 +7,8 @@ failing verdict explains itself.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 import pytest
@@ -16,10 +18,27 @@ SHOULD = "SHOULD"
 NOT_APPLICABLE = "not applicable: "
 
 
+# Every check defined so far, by ID: filled as suite modules are imported.
+CATALOG: dict[str, tuple[str, str]] = {}
+
+
 def check(check_id: str, level: str, title: str) -> Any:
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
+    if check_id in CATALOG:
+        raise ValueError(f"{check_id}: defined twice")
+    CATALOG[check_id] = (level, title)
     return pytest.mark.fakelet_check(id=check_id, level=level, title=title)
+
+
+def catalog(suite_package: str) -> dict[str, tuple[str, str]]:
+    """The checks a suite package defines, by ID (imports its modules)."""
+    package = importlib.import_module(suite_package)
+    prefix = package.__name__ + "."
+    for info in pkgutil.iter_modules(package.__path__, prefix):
+        if info.name.rsplit(".", 1)[-1].startswith("test_"):
+            importlib.import_module(info.name)
+    return dict(sorted(CATALOG.items()))
 
 
 def expect(condition: object, expected: str, seen: str) -> None:

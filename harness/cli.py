@@ -16,11 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from harness.checks import catalog
 from harness.profiles import PROFILES
 from harness.runconfig import RunConfig
 from harness.subjects import ProfileError, all_subjects
@@ -52,24 +55,42 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mount-namespace", action="store_true",
                      help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
     run.add_argument("--binary", help="prebuilt binary for a subject whose profile builds one")
+    run.add_argument("-j", "--jobs", type=int, default=2,
+                     help="checks run in parallel, each in its own sandbox (default 2; 1 for strictly serial)")
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     sub.add_parser("subjects", help="list the known subjects and their defects")
+    sub.add_parser("checks", help="list the conformance checks")
     return parser
+
+
+def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
+    known: dict[str, tuple[str, str]] = {}
+    for kind in kinds:
+        known.update(catalog(SUITES[kind]))
+    unknown = sorted(set(args.check) - set(known))
+    if unknown:
+        raise UsageError(f"unknown check ID(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
 
 def configs(args: argparse.Namespace) -> list[RunConfig]:
     """Validate every flag before anything starts, so bad input fails fast and leaves nothing."""
     if args.defect and len(args.subject) > 1:
         raise UsageError("--defect applies to one --subject")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if args.plugin_cmd and args.subject:
+        raise UsageError("give either --subject or --plugin-cmd, not both")
     if args.plugin_cmd:
         names: list[str | None] = [None]
     elif args.subject:
         names = list(args.subject)
     else:
         names = [s.name for s in all_subjects() if s.reference]
-    return [RunConfig.build(subject=name, defect=args.defect, profile=args.profile, seed=args.seed,
+    runs = [RunConfig.build(subject=name, defect=args.defect, profile=args.profile, seed=args.seed,
                             checks=args.check, out=args.out, plugin_cmd=args.plugin_cmd, resource=args.resource,
                             mount_namespace=args.mount_namespace, binary=args.binary) for name in names]
+    check_ids(args, {r.spec.kind for r in runs})
+    return runs
 
 
 def pytest_argv(args: argparse.Namespace, run: RunConfig, out: Path) -> list[str]:
@@ -86,6 +107,8 @@ def pytest_argv(args: argparse.Namespace, run: RunConfig, out: Path) -> list[str
         argv += ["--fakelet-defect", run.defect]
     if args.binary:
         argv += ["--fakelet-binary", args.binary]
+    if args.jobs > 1:
+        argv += ["-p", "xdist", "-n", str(args.jobs)]
     for check_id in run.checks:
         argv += ["--fakelet-check", check_id]
     return argv
@@ -95,13 +118,17 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").unlink(missing_ok=True)
     stdout = None if args.verbose else subprocess.DEVNULL
-    proc = subprocess.Popen(pytest_argv(args, run, out), stdout=stdout)
+    # pytest's own temp root (xdist makes one) must not outlive the run either.
+    basetemp = tempfile.mkdtemp(prefix="fakelet-pytest-")
+    proc = subprocess.Popen([*pytest_argv(args, run, out), "--basetemp", basetemp], stdout=stdout)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         # The child got the same SIGINT and is tearing its checks down; let it finish.
         proc.wait()
         raise
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
     if code not in (0, 1) or not (out / "report.json").exists():
         raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
                            f"rerun with -v to see its output")
@@ -164,6 +191,13 @@ def cmd_subjects() -> int:
     return EXIT_OK
 
 
+def cmd_checks() -> int:
+    for kind, package in SUITES.items():
+        for check_id, (level, title) in catalog(package).items():
+            print(f"{check_id:10} {level:6} {kind:13} {title}")
+    return EXIT_OK
+
+
 def _term_to_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -175,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "subjects":
             return cmd_subjects()
+        if args.command == "checks":
+            return cmd_checks()
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)

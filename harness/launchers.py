@@ -23,6 +23,19 @@ HOST_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin v1bet
 KILL_GRACE_S = 1.0  # teardown: after SIGTERM, how long before SIGKILL (DP-ROB-01 measures exits itself)
 
 
+def _die_with_parent(cmd: list[str]) -> list[str]:
+    """Prefix `setpriv --pdeathsig KILL` so that a hard-killed harness takes the subject down too.
+
+    The subject runs in its own session, so it misses the terminal's Ctrl-C;
+    the harness's teardown stops it, and this is the backstop when there is no
+    teardown at all (SIGKILL). setpriv execs, so the pid stays the subject's.
+    (A preexec_fn would do the same from Python, but forking a threaded
+    process and running Python before exec can deadlock or abort.)
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *cmd] if setpriv else cmd
+
+
 class LaunchError(RuntimeError):
     """The subject could not be started at all (bad command, missing privilege)."""
 
@@ -49,8 +62,9 @@ class ProcessLauncher:
         try:
             log.write(f"--- start {self.starts + 1}: {' '.join(cmd)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.cwd, start_new_session=True)
+            self.proc = subprocess.Popen(_die_with_parent(cmd), env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd,
+                                         start_new_session=True)
         except OSError as err:
             raise LaunchError(f"subject {self.name}: cannot start {cmd[0]}: {err}") from err
         finally:

@@ -51,7 +51,7 @@ FAST = Profile(
     prestart_timeout_s=2.0,
     endpoint_grace_s=2.0,
     reaction_s=4.0,
-    sigterm_exit_s=3.0,
+    sigterm_exit_s=5.0,
     quiet_window_s=1.0,
     long_outage_s=4.5,
 )

@@ -113,25 +113,35 @@ class Collector:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+        """Where the check ran (this process or an xdist worker): judge the phase, attach it to the report."""
         report = yield
         mark = _marker(item)
-        if mark is None:
-            return report
-        check_id = mark.kwargs["id"]
+        if mark is not None:
+            verdict, detail, applicable = self._verdict(report, call)
+            report.user_properties.append(("fakelet", {
+                "id": mark.kwargs["id"], "level": mark.kwargs["level"], "title": mark.kwargs["title"],
+                "verdict": verdict, "detail": detail, "applicable": applicable}))
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Where reports are gathered (this process or the xdist controller): merge the phases."""
+        phase = next((v for k, v in report.user_properties if k == "fakelet"), None)
+        if phase is None:
+            return
+        check_id, verdict = phase["id"], phase["verdict"]
         previous = self.results.get(check_id)
-        verdict, detail, applicable = self._verdict(report, call)
         if report.when == "teardown" and previous is not None:
             if verdict == "error" and previous.verdict == "pass":
-                previous.verdict, previous.detail = "error", f"teardown failed: {detail}"
+                previous.verdict, previous.detail = "error", f"teardown failed: {phase['detail']}"
+                previous.repro = self.run.repro(check_id)
             previous.duration_s = round(previous.duration_s + report.duration, 3)
-            return report
+            return
         if report.when == "call" or previous is None or verdict != "pass":
             duration = report.duration + (previous.duration_s if previous else 0.0)
             self.results[check_id] = CheckResult(
-                id=check_id, level=mark.kwargs["level"], title=mark.kwargs["title"], verdict=verdict,
-                duration_s=round(duration, 3), detail=detail,
-                repro="" if verdict == "pass" else self.run.repro(check_id), applicable=applicable)
-        return report
+                id=check_id, level=phase["level"], title=phase["title"], verdict=verdict,
+                duration_s=round(duration, 3), detail=phase["detail"],
+                repro="" if verdict == "pass" else self.run.repro(check_id), applicable=phase["applicable"])
 
     @staticmethod
     def _verdict(report: pytest.TestReport, call: pytest.CallInfo[Any]) -> tuple[str, str, bool]:
@@ -159,6 +169,8 @@ class Collector:
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(session.config, "workerinput"):
+            return  # an xdist worker: the controller writes the report
         if self._run is not None and self._run.out is not None:
             write_all(self.subject_report(), self.run.out)
 

@@ -14,6 +14,7 @@ from harness import gobuild
 from harness.env import SubjectUnavailable
 from harness.profiles import Profile
 from harness.profiles import get as get_profile
+from harness.sandbox import check_base
 from harness.subjects import ProfileError, SubjectSpec, from_command, load_subject, repo_root
 
 DEFAULT_SUBJECT = "reference-dp"
@@ -52,6 +53,7 @@ class RunConfig:
         if defect is not None and defect not in spec.defects:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
+        check_base()
         if binary is not None and not Path(binary).is_file():
             raise ProfileError(f"--binary {binary}: no such file")
         return cls(spec=spec, profile=get_profile(profile), defect=defect, seed=seed, checks=list(checks or []),

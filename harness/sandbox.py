@@ -17,8 +17,21 @@ PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginP
 SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
 
+SOCKET_NAME_ROOM = 32  # room left for a plugin's own socket file name
+
+
+def check_base(base: str | None = None) -> None:
+    """Fail early, and say why, when sandboxes under `base` could not hold a unix socket."""
+    base = base or tempfile.gettempdir()
+    longest = len(os.path.join(base, SANDBOX_PREFIX + "x" * 8, "kubelet", PLUGIN_DIR_NAME, "")) + SOCKET_NAME_ROOM
+    if longest > SOCKET_PATH_MAX:
+        raise ValueError(f"temp dir {base!r} is too long for unix socket paths ({longest} > {SOCKET_PATH_MAX} "
+                         "bytes); set TMPDIR to a shorter directory such as /tmp")
+
+
 class Sandbox:
     def __init__(self, root: Path | None = None) -> None:
+        check_base(str(root) if root else None)
         self.path = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir=root))
         os.chmod(self.path, 0o700)
         for sub in ("kubelet", "dev", "logs", "run"):

@@ -37,11 +37,14 @@ class WaitTimeout(AssertionError):
     failed check, not as a harness error.
     """
 
-    def __init__(self, awaiting: str, timeout_s: float, seen: list[Event], since_ns: int) -> None:
+    def __init__(self, awaiting: str, timeout_s: float, seen: list[Event], origin_ns: int,
+                 waited_s: float | None = None) -> None:
         self.awaiting, self.timeout_s, self.seen = awaiting, timeout_s, seen
-        lines = [describe(e, since_ns) for e in seen[-8:]] or ["nothing"]
+        lines = [describe(e, origin_ns) for e in seen[-8:]] or ["nothing"]
+        after = f" (after {waited_s:.3f}s)" if waited_s is not None else ""
         super().__init__(
-            f"expected {awaiting} within {timeout_s:g}s; saw instead:\n  " + "\n  ".join(lines)
+            f"expected {awaiting} within {timeout_s:g}s{after}; saw instead "
+            "(times since the check started):\n  " + "\n  ".join(lines)
         )
 
 
@@ -99,12 +102,13 @@ class Timeline:
                     if predicate(event):
                         return event
                     if abort is not None and abort(event):
-                        raise WaitTimeout(f"{awaiting} (gave up: {describe(event, since_ns)})",
-                                          (event.t_ns - since_ns) / 1e9, self._seen(since_ns, relevant),
-                                          since_ns)
+                        waited = (event.t_ns - max(since_ns, self.origin_ns)) / 1e9
+                        raise WaitTimeout(f"{awaiting} (gave up: {describe(event, self.origin_ns)})",
+                                          timeout_s, self._seen(since_ns, relevant), self.origin_ns,
+                                          waited)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise WaitTimeout(awaiting, timeout_s, self._seen(since_ns, relevant), since_ns)
+                    raise WaitTimeout(awaiting, timeout_s, self._seen(since_ns, relevant), self.origin_ns)
                 self._cond.wait(remaining)
 
     def wait_quiet(self, predicate: Predicate, window_s: float, since_ns: int = 0) -> Event | None:

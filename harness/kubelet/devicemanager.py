@@ -24,7 +24,7 @@ from harness.faults import FaultPlan
 from harness.grpcutil import insecure_unix_channel, status_of, unix_target
 from harness.interceptors import RecordingServerInterceptor, to_dict
 from harness.kubelet import checkpoint
-from harness.kubelet.endpoint import DialError, Endpoint
+from harness.kubelet.endpoint import DialError, Endpoint, go_status
 from harness.kubelet.validation import is_extended_resource_name
 from harness.profiles import Profile
 from harness.timeline import Timeline
@@ -47,8 +47,26 @@ def go_join(directory: Path, name: str) -> str:
     return os.path.normpath(os.path.join(str(directory), name.lstrip("/")))
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               "\\": "\\\\", '"': '\\"'}
+
+
 def go_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """Go's %q of a string (strconv.Quote): control and non-printable runes escaped."""
+    out = []
+    for ch in value:
+        code = ord(ch)
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():  # unicode.IsPrint: letters, marks, numbers, punctuation, symbols, ASCII space
+            out.append(ch)
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def go_quote_list(values: tuple[str, ...]) -> str:
@@ -63,15 +81,23 @@ class AdmissionError(RuntimeError):
 class ResourceState:
     endpoint: Endpoint | None
     options: dp.DevicePluginOptions = field(default_factory=dp.DevicePluginOptions)
-    devices: dict[str, dp.Device] = field(default_factory=dict)
+    devices: dict[str, dp.Device] = field(default_factory=dict)  # manager.go allDevices
+    healthy_ids: set[str] = field(default_factory=set)  # manager.go healthyDevices
+    unhealthy_ids: set[str] = field(default_factory=set)  # manager.go unhealthyDevices
     stopped_at: float | None = None
     stale_endpoints: list[Endpoint] = field(default_factory=list)
 
     def healthy(self) -> list[str]:
-        return sorted(i for i, d in self.devices.items() if d.health == HEALTHY and self.stopped_at is None)
+        return sorted(self.healthy_ids)
 
     def capacity(self) -> int:
-        return len(self.devices)
+        # GetCapacity adds the two sets' sizes: an ID listed both Healthy and not counts twice.
+        return len(self.healthy_ids) + len(self.unhealthy_ids)
+
+    def mark_unhealthy(self) -> None:
+        """manager.go markResourceUnhealthy: every healthy device becomes unhealthy."""
+        self.unhealthy_ids |= self.healthy_ids
+        self.healthy_ids = set()
 
 
 @dataclass
@@ -161,8 +187,8 @@ class DeviceManager:
             if entry.path == str(self.checkpoint_path):
                 continue
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except FileNotFoundError:
+                mode = entry.stat(follow_symlinks=True).st_mode  # os.Stat follows symlinks
+            except OSError:
                 continue
             if stat.S_ISSOCK(mode):
                 os.unlink(entry.path)
@@ -243,7 +269,10 @@ class DeviceManager:
             old = self._resources.get(endpoint.resource)
             state = ResourceState(endpoint=endpoint, options=options)
             if old is not None:
+                # PluginConnected only swaps the endpoint: the (un)healthy sets stay as
+                # they are (all unhealthy after a disconnect) until the next list.
                 state.devices = dict(old.devices)
+                state.healthy_ids, state.unhealthy_ids = set(old.healthy_ids), set(old.unhealthy_ids)
                 state.stale_endpoints = [e for e in (old.endpoint, *old.stale_endpoints) if e is not None]
             self._resources[endpoint.resource] = state
         endpoint.run(self._on_list, self._on_stream_end)
@@ -251,11 +280,14 @@ class DeviceManager:
     def _on_list(self, endpoint: Endpoint, response: dp.ListAndWatchResponse) -> None:
         with self._lock:
             state = self._resources.get(endpoint.resource)
-            if state is None or state.stopped_at is not None:
+            if state is None:
                 return
             # Each message replaces the whole device set, whichever client of
-            # the resource sent it (PluginListAndWatchReceiver keys by name).
+            # the resource sent it (PluginListAndWatchReceiver keys by name);
+            # genericDeviceUpdateCallback applies it even to a stopped endpoint.
             state.devices = {d.ID: d for d in response.devices}
+            state.healthy_ids = {d.ID for d in response.devices if d.health == HEALTHY}
+            state.unhealthy_ids = {d.ID for d in response.devices if d.health != HEALTHY}
         self._record_devices(endpoint.resource, "list")
         self._write_checkpoint()
 
@@ -269,6 +301,7 @@ class DeviceManager:
             if disconnect and state is not None:
                 # PluginDisconnected: every device unhealthy, capacity kept; the
                 # resource goes after endpointStopGracePeriod.
+                state.mark_unhealthy()
                 state.stopped_at = time.monotonic()
         self.timeline.record("kubelet.stream_end", "kubelet", instance=self.instance,
                              resource=endpoint.resource, endpoint_id=endpoint.id, reason=reason,
@@ -294,6 +327,8 @@ class DeviceManager:
                 del self._resources[r]
         for r in gone:
             self.timeline.record("kubelet.resource_removed", "kubelet", instance=self.instance, resource=r)
+        if gone:
+            self._write_checkpoint()  # GetCapacity: needsUpdateCheckpoint drops them from RegisteredDevices
 
     def capacity(self, resource: str) -> int | None:
         self._expire()
@@ -327,7 +362,12 @@ class DeviceManager:
                     # Allocate once: the assignment lives in the checkpoint.
                     return ContainerAllocation(container, resource, list(entry.device_ids), {}, reused=True)
             state = self._resources.get(resource)
-            if state is None or state.endpoint is None or state.stopped_at is not None:
+            if state is None:
+                raise AdmissionError(f"unknown or unregistered resource {resource!r}")
+            # devicesToAllocate checks health before counting (kubernetes#109595).
+            if not state.healthy():
+                raise AdmissionError(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
+            if state.endpoint is None or state.stopped_at is not None:
                 raise AdmissionError(f"unknown or unregistered resource {resource!r}")
             in_use = {i for e in self._entries if e.resource == resource for i in e.device_ids}
             available = [i for i in state.healthy() if i not in in_use]
@@ -337,7 +377,11 @@ class DeviceManager:
                                  f"Requested: {count}, Available: {len(available)}")
         chosen = available[:count]
         if options.get_preferred_allocation_available:
-            preferred = endpoint.preferred(available, [], count)
+            try:
+                preferred = endpoint.preferred(available, [], count)
+            except grpc.RpcError as err:
+                raise AdmissionError("device plugin GetPreferredAllocation rpc failed with err: "
+                                     f"{go_status(err)}") from None
             valid = [i for i in preferred if i in available][:count]
             chosen = valid + [i for i in available if i not in valid][: count - len(valid)]
         try:
@@ -363,7 +407,7 @@ class DeviceManager:
             try:
                 state.endpoint.pre_start(list(entry.device_ids), self.profile.prestart_timeout_s)
             except grpc.RpcError as err:
-                raise AdmissionError(f"device plugin PreStartContainer rpc failed with err: {status_of(err)}") from None
+                raise AdmissionError(f"device plugin PreStartContainer rpc failed with err: {go_status(err)}") from None
             self.timeline.record("kubelet.prestarted", "kubelet", instance=self.instance, pod=pod_uid,
                                  container=entry.container, resource=entry.resource)
 

@@ -20,6 +20,21 @@ class DialError(RuntimeError):
     pass
 
 
+# How grpc-python words a deadline that expired on the client side.
+_LOCAL_DEADLINE_DETAILS = frozenset({"Deadline Exceeded", "Stream removed (Deadline Exceeded)"})
+
+
+def go_status(err: grpc.RpcError) -> str:
+    """Go's %v of a gRPC client error (grpc-go status.Error): what upstream's messages embed."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = (err.details() if hasattr(err, "details") else None) or ""
+    name = "Canceled" if code == grpc.StatusCode.CANCELLED else "".join(
+        w.capitalize() for w in code.name.split("_"))
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and details in _LOCAL_DEADLINE_DETAILS:
+        details = "context deadline exceeded"  # the kubelet's own context deadline fired
+    return f"rpc error: code = {name} desc = {details}"
+
+
 class Endpoint:
     """A connection to a plugin: options fetched once, one ListAndWatch stream.
 
@@ -44,15 +59,15 @@ class Endpoint:
             grpc.channel_ready_future(self._raw).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
             self.close()
-            raise DialError(f"failed to dial device plugin: context deadline exceeded "
-                            f"(unix {self.socket_path}, {timeout_s:g}s)") from None
+            # client.go dial: fmt.Errorf(errFailedToDialDevicePlugin+" %v", ctx.Err())
+            raise DialError("failed to dial device plugin: context deadline exceeded") from None
 
     def fetch_options(self) -> dp.DevicePluginOptions:
         try:
             self.options = self.stub.GetDevicePluginOptions(dp.Empty())
         except grpc.RpcError as err:
             self.close()
-            raise DialError(f"failed to get device plugin options: {status_of(err)}") from None
+            raise DialError(f"failed to get device plugin options: {go_status(err)}") from None
         return self.options
 
     def run(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],

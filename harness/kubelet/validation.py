@@ -13,13 +13,15 @@ DEFAULT_RESOURCE_REQUESTS_PREFIX = "requests."  # core/v1 types.go DefaultResour
 DNS1123_SUBDOMAIN_MAX_LENGTH = 253  # apimachinery validation.go DNS1123SubdomainMaxLength
 QUALIFIED_NAME_MAX_LENGTH = 63  # apimachinery validation.go qualifiedNameMaxLength
 
+# Go's regexp anchors `$` at the very end of the text, Python's `$` also before
+# a final newline: the patterns are used with fullmatch so "name\n" is rejected.
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= DNS1123_SUBDOMAIN_MAX_LENGTH and bool(_DNS1123_SUBDOMAIN.match(value))
+    return len(value) <= DNS1123_SUBDOMAIN_MAX_LENGTH and bool(_DNS1123_SUBDOMAIN.fullmatch(value))
 
 
 def qualified_name_errors(value: str) -> list[str]:
@@ -39,7 +41,7 @@ def qualified_name_errors(value: str) -> list[str]:
     errors = []
     if len(name) > QUALIFIED_NAME_MAX_LENGTH:
         errors.append(f"name part must be no more than {QUALIFIED_NAME_MAX_LENGTH} characters")
-    if not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.fullmatch(name):
         errors.append(f"name part {name!r} must consist of alphanumerics, '-', '_' or '.'")
     return errors
 

@@ -1,0 +1,206 @@
+"""The `fakelet` command: bad input gets a clear error and exit 2, nothing leaks,
+Ctrl-C tears everything down, and the main job writes its reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from inotify_simple import INotify
+from inotify_simple import flags as IN
+
+from harness.subjects import repo_root
+
+RUN_TIMEOUT_S = 300
+
+
+def fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TMPDIR=str(tmp))
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def leftovers(tmp: Path) -> list[str]:
+    """Sandboxes left in TMPDIR, and processes still naming one."""
+    found = [p.name for p in tmp.iterdir()]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(tmp) in cmdline and "pytest" not in cmdline:
+            found.append(f"pid {proc.name}: {cmdline[:120]}")
+    return found
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    """A private, short TMPDIR (unix socket paths must stay under 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--subject", "no-such-plugin"], "unknown subject 'no-such-plugin'"),
+    (["run", "--defect", "no-such-defect"], "has no defect 'no-such-defect'"),
+    (["run", "--check", "DP-XXX-99"], "unknown check ID(s) DP-XXX-99"),
+    (["run", "--plugin-cmd", "/bin/true"], "--plugin-cmd needs --resource"),
+    (["run", "--plugin-cmd", "/nonexistent/plugin", "--resource", "example.com/x"], "not an executable file"),
+    (["run", "--plugin-cmd", "'unbalanced", "--resource", "example.com/x"], "cannot parse"),
+    (["run", "--subject", "reference-dp", "--plugin-cmd", "/bin/true", "--resource", "example.com/x"],
+     "either --subject or --plugin-cmd"),
+    (["run", "--profile", "warp"], "invalid choice: 'warp'"),
+    (["run", "--seed", "many"], "invalid int value: 'many'"),
+])
+def test_bad_input_is_a_clear_error(tmp: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    proc = fakelet(tmp, *args, "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2, proc
+    assert message in proc.stderr, proc.stderr
+    assert leftovers(tmp) == []
+
+
+def test_long_tmpdir_is_a_clear_error(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    proc = fakelet(deep, "run", "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2
+    assert "too long for unix socket paths" in proc.stderr and "set TMPDIR" in proc.stderr
+    assert list(deep.iterdir()) == []
+
+
+def test_bad_profile_names_the_file(tmp: Path, tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    (fixtures / "subjects").mkdir(parents=True)
+    (fixtures / "subjects" / "broken.yaml").write_text("name: broken\nkind: device-plugin\ncommand: [x]\n")
+    env = dict(os.environ, TMPDIR=str(tmp), FAKELET_FIXTURES=str(fixtures))
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "broken"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert "broken.yaml: missing required key 'resource'" in proc.stderr
+    assert leftovers(tmp) == []
+
+
+def test_subjects_lists_reference_and_defects(tmp: Path) -> None:
+    proc = fakelet(tmp, "subjects", timeout=60)
+    assert proc.returncode == 0
+    assert "reference-dp (reference)" in proc.stdout
+    assert "--defect register-before-serve" in proc.stdout and "fails DP-REG-01" in proc.stdout
+
+
+def test_selected_checks_write_all_reports(tmp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--check", "DP-REG-02", "--check", "DP-ALC-02", "--seed", "7", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["subject"] == "reference-dp" and report["seed"] == 7 and report["profile"] == "fast"
+    assert [c["id"] for c in report["checks"]] == ["DP-ALC-02", "DP-REG-02"]
+    assert report["summary"] == {"pass": 2, "fail": 0, "skip": 0, "error": 0, "total": 2, "conformant": True}
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert suite.get("tests") == "2" and suite.get("failures") == "0"
+    assert "CONFORMANT" in (out / "summary.md").read_text()
+    assert leftovers(tmp) == []
+
+
+def test_failing_mutant_exits_1_with_repro(tmp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--defect", "wrong-version", "--check", "DP-REG-02", "--out", str(out))
+    assert proc.returncode == 1
+    check = json.loads((out / "report.json").read_text())["checks"][0]
+    assert check["verdict"] == "fail"
+    assert "expected version in ['v1beta1']; saw version 'v1alpha'" in check["detail"]
+    assert check["repro"] == ("fakelet run --subject reference-dp --defect wrong-version --profile fast "
+                              "--seed 0 --check DP-REG-02")
+    assert "reproduce: fakelet run" in proc.stdout
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert suite.get("failures") == "1"
+    assert leftovers(tmp) == []
+
+
+def _wait_for_plugin_socket(tmp: Path, deadline_s: float) -> None:
+    """Block until some sandbox under `tmp` has the reference plugin's socket (inotify, bounded)."""
+    deadline = time.monotonic() + deadline_s
+    with INotify() as watcher:
+        watched: set[Path] = set()
+        while time.monotonic() < deadline:
+            # Watch every directory on the way down before looking, so no creation is missed.
+            for d in [tmp, *tmp.glob("*"), *tmp.glob("*/kubelet"), *tmp.glob("*/kubelet/device-plugins")]:
+                if d.is_dir() and d not in watched:
+                    watcher.add_watch(str(d), IN.CREATE)
+                    watched.add(d)
+            if any(tmp.glob("*/kubelet/device-plugins/fakelet-dp.sock")):
+                return
+            watcher.read(timeout=int(max(0.0, deadline - time.monotonic()) * 1000))
+    raise AssertionError(f"no plugin socket appeared under {tmp} within {deadline_s}s")
+
+
+def test_ctrl_c_leaves_nothing_behind(tmp: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp))
+    # DP-RST-04 keeps the kubelet down for a while: a long enough window to interrupt.
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--check", "DP-RST-04",
+                             "--out", str(tmp_path / "out")], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_plugin_socket(tmp, 60)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert leftovers(tmp) == []
+
+
+def test_sigterm_leaves_nothing_behind(tmp: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--check", "DP-RST-04",
+                             "--out", str(tmp_path / "out")], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_plugin_socket(tmp, 60)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert leftovers(tmp) == []
+
+
+def test_plugin_cmd_in_mount_namespace_never_touches_host_kubelet_dir(tmp: Path, tmp_path: Path) -> None:
+    host_dir = Path("/var/lib/kubelet")
+    existed = host_dir.exists()
+    before = sorted(p.name for p in host_dir.iterdir()) if existed else None
+    inventory = repo_root() / "fixtures" / "inventories" / "basic.yaml"
+    cmd = (f"{sys.executable} -m harness.reference.device_plugin --plugin-dir /var/lib/kubelet/device-plugins "
+           f"--inventory {inventory} --dev-dir {{dev_dir}}")
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--plugin-cmd", cmd, "--resource", "fakelet.example.com/gpu", "--mount-namespace",
+                   "--check", "DP-REG-01", "--check", "DP-RST-01", "--check", "DP-ALC-01", "--out", str(out))
+    if proc.returncode == 2 and "mount-namespace launcher needs root" in proc.stderr:
+        pytest.skip("no root and no unprivileged user namespaces: the mount-namespace launcher cannot run here")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert {c["id"]: c["verdict"] for c in report["checks"]} == {
+        "DP-ALC-01": "pass", "DP-REG-01": "pass", "DP-RST-01": "pass"}
+    assert host_dir.exists() == existed
+    if existed:
+        assert sorted(p.name for p in host_dir.iterdir()) == before
+    assert leftovers(tmp) == []
