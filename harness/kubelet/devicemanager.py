@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import stat
 import threading
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from harness.faults import FaultPlan
-from harness.grpcutil import insecure_unix_channel, status_of, unix_target
+from harness.grpcutil import status_of, unix_target
 from harness.interceptors import RecordingServerInterceptor, to_dict
 from harness.kubelet import checkpoint
 from harness.kubelet.endpoint import DialError, Endpoint, go_status
@@ -248,18 +249,21 @@ class DeviceManager:
         return None
 
     def _probe_endpoint(self, endpoint: str) -> dict:
-        """DP-REG-01's observation: does the endpoint answer at the moment Register arrives?"""
-        path = self.plugin_dir / endpoint
-        if not path.exists():
-            return {"ok": False, "error": f"no socket at {path}"}
-        channel = insecure_unix_channel(str(path))
+        """DP-REG-01's observation: is the endpoint listening at the moment Register arrives?
+
+        A bare connect(), not an RPC: the plugin must see exactly the calls a
+        kubelet makes. The kubelet's own GetDevicePluginOptions follows at once.
+        """
+        path = go_join(self.plugin_dir, endpoint)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(PROBE_TIMEOUT_S)
         try:
-            dp_grpc.DevicePluginStub(channel).GetDevicePluginOptions(dp.Empty(), timeout=PROBE_TIMEOUT_S)
+            sock.connect(path)
             return {"ok": True}
-        except grpc.RpcError as err:
-            return {"ok": False, "error": status_of(err)}
+        except OSError as err:
+            return {"ok": False, "error": f"connect {path}: {err.strerror or err}"}
         finally:
-            channel.close()
+            sock.close()
 
     def _connect(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> None:
         # Upstream (plugin/v1beta1 handler.go connectClient) replaces the client

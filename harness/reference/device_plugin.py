@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -42,10 +43,6 @@ STORM_PERIOD_S = 0.2  # register-storm mutant
 BOUNDED_RETRY_S = 2.0  # bounded-retry mutant gives up after this long without kubelet.sock
 REGISTER_BEFORE_SERVE_LAG_S = 0.3  # register-before-serve mutant serves this late
 CLOSE_STREAM_AFTER_S = 0.5  # close-stream mutant ends ListAndWatch this long after its first response
-
-
-class Terminate(Exception):
-    pass
 
 
 def load_inventory(path: Path) -> list[dict]:
@@ -159,6 +156,8 @@ class ReferencePlugin:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
+        self.terminating = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
         self.server: grpc.Server | None = None
 
     def has(self, defect: str) -> bool:
@@ -262,10 +261,23 @@ class ReferencePlugin:
         else:
             self.serve()
         loop = _RegisterLoop(self, pending=pending)
-        while True:
+        while not self.terminating.is_set():
             loop.step()
-            for event in watcher.read(timeout=loop.timeout_ms()):
-                self._on_event(event, loop)
+            timeout = loop.timeout_ms()
+            ready, _, _ = select.select([watcher.fileno(), self._wake_r], [], [],
+                                        None if timeout is None else timeout / 1000)
+            if watcher.fileno() in ready:
+                for event in watcher.read(timeout=0):
+                    self._on_event(event, loop)
+
+    def request_stop(self) -> None:
+        """From the SIGTERM handler: only set a flag and wake the loop.
+
+        Raising from a signal handler can be swallowed when it lands inside a
+        blocking gRPC call; a flag and a self-pipe cannot be lost.
+        """
+        self.terminating.set()
+        os.write(self._wake_w, b"x")
 
     def _on_event(self, event, loop: _RegisterLoop) -> None:  # noqa: ANN001 - inotify_simple.Event
         if event.wd != 1:
@@ -392,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def on_term(signum: int, frame: object) -> None:
-        raise Terminate()
+        plugin.request_stop()
 
     if plugin.has("ignore-sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -400,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, on_term)
     try:
         plugin.run()
-    except (Terminate, KeyboardInterrupt):
         log.info("terminating")
+    except KeyboardInterrupt:
+        log.info("interrupted")
     finally:
         plugin.shutdown()
     return 0

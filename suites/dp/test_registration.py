@@ -16,7 +16,7 @@ def test_serves_before_register(dp_env: DPEnv) -> None:
     env = dp_env.start()
     reg = env.wait_register_call()
     probe = reg.get("probe")
-    expect(probe["ok"], "GetDevicePluginOptions to answer on the endpoint when Register arrived",
+    expect(probe["ok"], "the endpoint to accept connections when Register arrived",
            f"{probe.get('error')} at {env.at(reg)}")
 
 
