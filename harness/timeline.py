@@ -92,24 +92,15 @@ class Timeline:
         longer happen (a permanent rejection, a process exit). `relevant` lists
         event kinds worth quoting in a timeout message.
         """
-        deadline = time.monotonic() + timeout_s
-        checked = 0
-        with self._cond:
-            while True:
-                window = [e for e in self._events[checked:] if e.t_ns >= since_ns]
-                checked = len(self._events)
-                for event in window:
-                    if predicate(event):
-                        return event
-                    if abort is not None and abort(event):
-                        waited = (event.t_ns - max(since_ns, self.origin_ns)) / 1e9
-                        raise WaitTimeout(f"{awaiting} (gave up: {describe(event, self.origin_ns)})",
-                                          timeout_s, self._seen(since_ns, relevant), self.origin_ns,
-                                          waited)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout(awaiting, timeout_s, self._seen(since_ns, relevant), self.origin_ns)
-                self._cond.wait(remaining)
+        stop = predicate if abort is None else (lambda e: predicate(e) or abort(e))
+        event = self._first(stop, timeout_s, since_ns)
+        if event is None:
+            raise WaitTimeout(awaiting, timeout_s, self._seen(since_ns, relevant), self.origin_ns)
+        if predicate(event):
+            return event
+        waited = (event.t_ns - max(since_ns, self.origin_ns)) / 1e9
+        raise WaitTimeout(f"{awaiting} (gave up: {describe(event, self.origin_ns)})",
+                          timeout_s, self._seen(since_ns, relevant), self.origin_ns, waited)
 
     def wait_quiet(self, predicate: Predicate, window_s: float, since_ns: int = 0) -> Event | None:
         """Watch for `window_s`: return the first matching event, or None if none came.
@@ -118,7 +109,11 @@ class Timeline:
         happen (a registration storm, a closed stream); it is bounded and
         returns early on the first offending event.
         """
-        deadline = time.monotonic() + window_s
+        return self._first(predicate, window_s, since_ns)
+
+    def _first(self, predicate: Predicate, timeout_s: float, since_ns: int) -> Event | None:
+        """The first event since `since_ns` matching `predicate`, waiting up to `timeout_s` for it."""
+        deadline = time.monotonic() + timeout_s
         checked = 0
         with self._cond:
             while True:

@@ -600,7 +600,7 @@ def test_restored_resource_removed_after_grace_without_reregistration(timeline, 
     register_and_list(node, timeline, plugin)
     t = timeline.now()
     node.restart_kubelet()
-    start = timeline.wait_for(lambda e: e.kind == "kubelet.start", WAIT_S, "kubelet.start", since_ns=t)
+    start = timeline.wait_for(lambda e: e.kind == "kubelet.restored", WAIT_S, "kubelet.restored", since_ns=t)
     wait_resource_gone(node, RES, PROFILE.endpoint_grace_s + WAIT_S)
     removed = timeline.wait_for(lambda e: e.kind == "kubelet.resource_removed" and e.get("resource") == RES,
                                 WAIT_S, "kubelet.resource_removed", since_ns=t)

@@ -198,6 +198,9 @@ class DeviceManager:
 
     def _restore_checkpoint(self) -> None:
         data = checkpoint.read(self.checkpoint_path)
+        # Recorded first, so the grace period measured from this event is never short.
+        self.timeline.record("kubelet.restored", "kubelet", instance=self.instance,
+                             resources=sorted(data.registered), pods=len(data.entries))
         with self._lock:
             self._entries = list(data.entries)
             # Restored resources start with no devices and a stopped endpoint
@@ -302,14 +305,16 @@ class DeviceManager:
             state = self._resources.get(endpoint.resource)
             disconnect = state is not None and state.stopped_at is None and not endpoint.stopped_by_kubelet
             current = state.endpoint if state is not None else None
+            # Recorded before the stop time is taken: the grace period measured
+            # from this event is never short.
+            self.timeline.record("kubelet.stream_end", "kubelet", instance=self.instance,
+                                 resource=endpoint.resource, endpoint_id=endpoint.id, reason=reason,
+                                 disconnected=disconnect)
             if disconnect and state is not None:
                 # PluginDisconnected: every device unhealthy, capacity kept; the
                 # resource goes after endpointStopGracePeriod.
                 state.mark_unhealthy()
                 state.stopped_at = time.monotonic()
-        self.timeline.record("kubelet.stream_end", "kubelet", instance=self.instance,
-                             resource=endpoint.resource, endpoint_id=endpoint.id, reason=reason,
-                             disconnected=disconnect)
         if disconnect:
             if current is not None and current is not endpoint:
                 current.close()
