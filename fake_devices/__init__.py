@@ -1,2 +1,9 @@
-"""The fake hardware. Issue 3 fills this in (inventory model, materializer,
-fault scripts); for now inventories are plain YAML under fixtures/inventories/."""
+"""The fake hardware: devices a plugin under test can find, watch, and lose.
+
+- `model`: `Device` and `Inventory`, loaded from and saved to YAML;
+- `generate`: seeded inventories (`generate(seed)`);
+- `materialize`: the sysfs/dev-like tree plugins read ("neutral" and "drm" skins);
+- `backend`: `DeviceBackend`, live devices whose changes reach the tree and the timeline;
+- `scripts`: seeded fault scripts and `run_script`;
+- `control`, `cli`: the unix-socket control API and `fakelet devices`.
+"""

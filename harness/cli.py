@@ -23,9 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fake_devices.cli import main as devices_main
 from harness.checks import catalog
 from harness.profiles import PROFILES
 from harness.runconfig import RunConfig
+from harness.session import Session
 from harness.subjects import ProfileError, all_subjects
 from reports.model import SubjectReport
 from reports.writers import write_all
@@ -58,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-j", "--jobs", type=int, default=2,
                      help="checks run in parallel, each in its own sandbox (default 2; 1 for strictly serial)")
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    up = sub.add_parser("up", help="run one live session (kubelet, subject, fake devices) until Ctrl-C")
+    up.add_argument("--subject", default="reference-dp", help="subject profile (default reference-dp)")
+    up.add_argument("--defect", help="run the subject as a mutant with this named defect")
+    up.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--out", help="keep the session's timeline and subject log here")
+    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop by itself after this long")
+    devices = sub.add_parser("devices", add_help=False,
+                             help="control a running session's fake devices (fakelet devices --help)")
+    devices.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     return parser
@@ -191,6 +203,25 @@ def cmd_subjects() -> int:
     return EXIT_OK
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--for must be positive")
+    run = RunConfig.build(subject=args.subject, defect=args.defect, profile=args.profile, seed=args.seed,
+                          out=args.out)
+    session = Session(run, sys.stdout)
+    try:
+        session.start()
+        sock = session.control_socket
+        print(f"session up: subject {run.spec.name}, sandbox {session.env.sandbox.path if session.env else ''}")
+        if sock is not None:
+            print(f"control socket: {sock}\nexport FAKELET_CONTROL_SOCKET={sock}   # then: fakelet devices fail ID",
+                  flush=True)
+        session.wait(args.duration)
+    finally:
+        session.close()
+    return EXIT_OK
+
+
 def cmd_checks() -> int:
     for kind, package in SUITES.items():
         for check_id, (level, title) in catalog(package).items():
@@ -203,6 +234,10 @@ def _term_to_interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["devices"]:
+        # Its own parser: options after `devices` belong to it, not to ours.
+        return devices_main(argv[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _term_to_interrupt)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -211,12 +246,17 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_subjects()
         if args.command == "checks":
             return cmd_checks()
+        if args.command == "up":
+            return cmd_up(args)
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as err:
         print(f"fakelet: harness error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as err:
+        print(f"fakelet: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)

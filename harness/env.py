@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fake_devices.backend import DeviceBackend
+from fake_devices.model import Inventory
 from harness.filewatch import FileWatch
 from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher
 from harness.node import FakeNode
@@ -44,9 +47,13 @@ class DPEnv:
         self.sandbox = Sandbox()
         self.node = FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, profile)
         self.inventory: list[dict[str, Any]] | None = None
+        self.devices: DeviceBackend | None = None
+        self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
         try:
             self.subject = self._make_launcher()
         except BaseException:
+            if self.devices is not None:
+                self.devices.stop()
             self.sandbox.close()
             raise
         self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
@@ -60,7 +67,7 @@ class DPEnv:
             "kubelet_socket": str(self.sandbox.kubelet_socket), "dev_dir": str(self.sandbox.dev_dir),
             "sandbox": str(self.sandbox.path), "resource": self.spec.resource,
             "free_port": str(free_port()), "defect": self.defect or "",
-            "bin": self.binary or "", "inventory": "",
+            "bin": self.binary or "", "inventory": "", "sysfs_root": "",
         }
         if self.spec.launcher == "mount-namespace":
             # Inside the namespace the plugin sees the sandbox at the host path.
@@ -68,7 +75,22 @@ class DPEnv:
             values["kubelet_socket"] = f"{HOST_DEVICE_PLUGIN_DIR}/kubelet.sock"
         if self.spec.inventory:
             values["inventory"] = str(self._install_inventory())
+        if self.spec.backend:
+            root = self._start_backend()
+            values["sysfs_root"], values["dev_dir"] = str(root), str(root / "dev")
         return values
+
+    def _start_backend(self) -> Path:
+        """Materialize the fake hardware for the subject, under the sandbox."""
+        assert self.spec.backend is not None
+        source = fixtures_dir() / self.spec.backend["inventory"]
+        if not source.is_file():
+            raise ProfileError(f"{self.spec.source}: inventory {source} not found")
+        root = self.sandbox.path / "hw"
+        self.devices = DeviceBackend(root, Inventory.load(source), self.timeline,
+                                     skin=self.spec.backend.get("skin", "neutral")).start()
+        self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
+        return root
 
     def _install_inventory(self) -> Path:
         source = fixtures_dir() / self.spec.inventory  # type: ignore[operator]
@@ -124,8 +146,11 @@ class DPEnv:
         try:
             self.subject.stop()
         finally:
+            self.stop_scripts.set()
             self.node.close()
             self.files.stop()
+            if self.devices is not None:
+                self.devices.stop()
             if self.artifacts is not None:
                 self.artifacts.mkdir(parents=True, exist_ok=True)
                 self.timeline.dump(str(self.artifacts / "timeline.json"))

@@ -31,6 +31,7 @@ class Node(Protocol):
     def admit_pod(self, pod: str, requests: dict[str, int], container: str = "main") -> list[ContainerAllocation]: ...
     def start_pod(self, pod: str) -> None: ...
     def pod_devices(self, pod: str) -> dict[str, list[str]]: ...
+    def allocated_resources_status(self, pod: str) -> dict[str, list[dict]]: ...
 
 
 class FakeNode:
@@ -95,6 +96,10 @@ class FakeNode:
 
     def pod_devices(self, pod: str) -> dict[str, list[str]]:
         return self._require().pod_devices(pod)
+
+    def allocated_resources_status(self, pod: str) -> dict[str, list[dict]]:
+        """The pod's containers' allocatedResourcesStatus, by container name."""
+        return self._require().allocated_resources_status(pod)
 
     def close(self) -> None:
         self.stop_kubelet()

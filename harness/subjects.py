@@ -22,6 +22,7 @@ import yaml
 
 LAUNCHERS = ("process", "mount-namespace")
 KINDS = ("device-plugin",)
+OBSERVABLES = ("health", "temperature", "hotplug")
 
 
 class ProfileError(ValueError):
@@ -67,6 +68,11 @@ class SubjectSpec:
     defects: dict[str, Defect] = field(default_factory=dict)
     build: dict[str, str] | None = None
     private_dirs: list[str] = field(default_factory=list)
+    # The fake device backend wired to this subject: inventory, skin, and which
+    # of its changes the plugin can see (health, temperature, hotplug).
+    backend: dict[str, str] | None = None
+    observes: list[str] = field(default_factory=list)
+    thermal: tuple[float, float] = (85.0, 5.0)  # threshold and hysteresis, degrees C
     source: str = "<flags>"
     reference: bool = False
 
@@ -101,6 +107,15 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
     if not command or not all(isinstance(a, str) for a in command):
         raise ProfileError(f"{where}: 'command' must be a non-empty list of strings")
     devices = doc.get("devices") or {}
+    backend = doc.get("backend")
+    if backend is not None and (not isinstance(backend, dict) or "inventory" not in backend):
+        raise ProfileError(f"{where}: 'backend' must be a mapping with an 'inventory'")
+    backend = backend or {}
+    observes = [str(o) for o in backend.get("observes") or []]
+    unknown = sorted(set(observes) - set(OBSERVABLES))
+    if unknown:
+        raise ProfileError(f"{where}: backend.observes has unknown {unknown}; known: {list(OBSERVABLES)}")
+    thermal = backend.get("thermal") or {}
     private_dirs = [str(d) for d in doc.get("private_dirs") or []]
     if private_dirs and launcher != "mount-namespace":
         raise ProfileError(f"{where}: private_dirs needs launcher: mount-namespace")
@@ -120,6 +135,9 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
         dev_files=list(devices.get("files") or []), expected_ids=devices.get("expected_ids"),
         expected_count=devices.get("expected_count"), defect_args=list(doc.get("defect_args") or []),
         defects=defects, build=doc.get("build"), private_dirs=private_dirs, source=where,
+        backend={k: str(v) for k, v in backend.items() if k in ("inventory", "skin")} or None,
+        observes=observes,
+        thermal=(float(thermal.get("threshold_c", 85.0)), float(thermal.get("hysteresis_c", 5.0))),
         reference=bool(doc.get("reference", False)),
     )
 

@@ -74,6 +74,13 @@ class Timeline:
             return [e for e in self._events
                     if e.t_ns >= since_ns and (kind is None or e.kind == kind)]
 
+    def after(self, index: int, timeout_s: float) -> list[Event]:
+        """Events from position `index` on, waiting up to `timeout_s` for the first (for live followers)."""
+        with self._cond:
+            if len(self._events) <= index:
+                self._cond.wait(timeout_s)
+            return self._events[index:]
+
     def find(self, predicate: Predicate, since_ns: int = 0) -> list[Event]:
         return [e for e in self.events(since_ns) if predicate(e)]
 

@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from reports.html import write_html
 from reports.model import SubjectReport
 
 ICONS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
@@ -69,3 +70,4 @@ def write_all(report: SubjectReport, out: Path) -> None:
     write_json(report, out / "report.json")
     write_junit(report, out / "junit.xml")
     write_markdown(report, out / "summary.md")
+    write_html(report, out)

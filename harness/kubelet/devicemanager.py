@@ -434,6 +434,32 @@ class DeviceManager:
             return out
 
 
+    def allocated_resources_status(self, pod_uid: str) -> dict[str, list[dict]]:
+        """Per container, what the pod status's allocatedResourcesStatus shows (ResourceHealthStatus).
+
+        Upstream (manager.go UpdateAllocatedResourcesStatus): one entry per
+        resource, named after it, with resourceID = device ID and health
+        Healthy / Unhealthy, or Unknown for a device the plugin no longer lists.
+        """
+        with self._lock:
+            out: dict[str, list[dict]] = {}
+            for entry in self._entries:
+                if entry.pod_uid != pod_uid:
+                    continue
+                state = self._resources.get(entry.resource)
+                resources = [{"resourceID": i, "health": _health_of(state, i)} for i in entry.device_ids]
+                out.setdefault(entry.container, []).append({"name": entry.resource, "resources": resources})
+            return out
+
+
+def _health_of(state: ResourceState | None, device_id: str) -> str:
+    if state is not None and device_id in state.healthy_ids:
+        return HEALTHY
+    if state is not None and device_id in state.unhealthy_ids:
+        return UNHEALTHY
+    return "Unknown"  # core/v1 types.go ResourceHealthStatusUnknown
+
+
 class _RegistrationServicer(dp_grpc.RegistrationServicer):
     def __init__(self, manager: DeviceManager) -> None:
         self._manager = manager

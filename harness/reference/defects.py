@@ -28,6 +28,11 @@ DP_DEFECTS: dict[str, str] = {
     "bounded-retry": "stops watching for the kubelet after a short outage",
     "no-socket-recreate": "does not re-serve when its socket is deleted",
     "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
+    "stuck-unhealthy": "never reports a device Healthy again once it was Unhealthy",
+    "ignore-temperature": "does not look at device temperature",
+    "partial-list": "sends only the devices that changed, not the full list",
+    "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
+    "slow-health": "reports health changes 10 s late",
     "ignore-sigterm": "ignores SIGTERM",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
 }

@@ -31,6 +31,7 @@ from inotify_simple import flags as IN
 
 from harness.grpcutil import insecure_unix_channel, unix_target
 from harness.reference.defects import DP_DEFECTS
+from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
 log = logging.getLogger("reference-dp")
@@ -43,14 +44,7 @@ STORM_PERIOD_S = 0.2  # register-storm mutant
 BOUNDED_RETRY_S = 2.0  # bounded-retry mutant gives up after this long without kubelet.sock
 REGISTER_BEFORE_SERVE_LAG_S = 0.3  # register-before-serve mutant serves this late
 CLOSE_STREAM_AFTER_S = 0.5  # close-stream mutant ends ListAndWatch this long after its first response
-
-
-def load_inventory(path: Path) -> list[dict]:
-    doc = yaml.safe_load(path.read_text()) or {}
-    devices = doc.get("devices")
-    if not isinstance(devices, list):
-        raise ValueError(f"{path}: expected a 'devices' list")
-    return devices
+SLOW_HEALTH_S = 10.0  # slow-health mutant reports every change this late (longer than the fast profile's T)
 
 
 class DevicePluginService(dp_grpc.DevicePluginServicer):
@@ -65,6 +59,7 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         cond = self.p.changed
         context.add_callback(lambda: _notify(cond))
         seen = -1
+        sent: dict[str, str] = {}  # partial-list mutant: what this stream last said per device
         close_at: float | None = None  # close-stream mutant
         while context.is_active() and not self.p.stopping.is_set():
             with cond:
@@ -76,6 +71,10 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                     continue
                 seen = self.p.generation
                 devices = self.p.device_list()
+            if self.p.has("partial-list") and sent:
+                # The bug: only what changed since the last response.
+                devices = [d for d in devices if sent.get(d.ID) != d.health]
+            sent = {d.ID: d.health for d in self.p.device_list()}
             yield dp.ListAndWatchResponse(devices=devices)
             if self.p.has("close-stream") and close_at is None:
                 # Not at once: the kubelet should have started using the devices first.
@@ -147,12 +146,21 @@ class ReferencePlugin:
         self.socket_name = args.socket_name
         self.socket_path = self.plugin_dir / self.socket_name
         self.resource = args.resource
-        self.inventory_path = Path(args.inventory)
-        self.dev_dir = Path(args.dev_dir) if args.dev_dir else self.inventory_path.parent
+        self.source: InventorySource | SysfsSource
+        if args.sysfs_root:
+            self.source = SysfsSource(Path(args.sysfs_root))
+        else:
+            inventory = Path(args.inventory)
+            self.source = InventorySource(inventory, Path(args.dev_dir) if args.dev_dir else inventory.parent)
+        self.dev_dir = Path(args.dev_dir) if args.dev_dir else Path("/dev")
+        self.threshold_c, self.hysteresis_c = args.temp_threshold_c, args.temp_hysteresis_c
+        self.overheated: set[str] = set()
+        self.stuck: set[str] = set()  # stuck-unhealthy mutant
+        self.frozen: dict[str, dict] | None = None  # no-hotplug mutant: the set seen at start
         self.defect = args.defect
         self.allocate_delay_s: float = args.allocate_delay_ms / 1000
         self.options = dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
-        self.devices = load_inventory(self.inventory_path)
+        self.devices: list[dict] = self._effective(self.source.read())
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
@@ -180,21 +188,61 @@ class ReferencePlugin:
 
     def dev_path(self, device_id: str) -> str:
         for d in self.devices:
-            if d["id"] == device_id and d.get("dev"):
-                return str(self.dev_dir / d["dev"])
+            if d["id"] == device_id:
+                return str(d["dev"])
         return "/dev/null"
 
-    def reload_inventory(self) -> None:
+    def _hot(self, d: SeenDevice) -> bool:
+        """Over the threshold, and not yet cooled below threshold minus hysteresis."""
+        if d.temperature_c is None or self.has("ignore-temperature"):
+            return False
+        if d.id in self.overheated:
+            if d.temperature_c < self.threshold_c - self.hysteresis_c:
+                self.overheated.discard(d.id)
+        elif d.temperature_c > self.threshold_c:
+            self.overheated.add(d.id)
+        return d.id in self.overheated
+
+    def _effective(self, seen: list[SeenDevice]) -> list[dict]:
+        """What to tell the kubelet: present devices, unhealthy when failed or overheated."""
+        out = []
+        for d in seen:
+            if not d.present:
+                continue  # hot-unplugged: no longer listed
+            healthy = d.health == HEALTHY and not self._hot(d)
+            if self.has("stuck-unhealthy"):
+                if d.id in self.stuck:
+                    healthy = False
+                elif not healthy:
+                    self.stuck.add(d.id)
+            out.append({"id": d.id, "numa": d.numa, "health": HEALTHY if healthy else UNHEALTHY, "dev": d.host_path})
+        if self.has("no-hotplug"):
+            if self.frozen is None:
+                self.frozen = {d["id"]: d for d in out}
+            current = {d["id"]: d for d in out}
+            out = [current.get(i, frozen) for i, frozen in self.frozen.items()]
+        return out
+
+    def refresh(self) -> None:
+        """Re-read the devices; tell the streams if anything changed."""
         try:
-            devices = load_inventory(self.inventory_path)
+            devices = self._effective(self.source.read())
         except (OSError, ValueError, yaml.YAMLError) as err:
-            log.warning("inventory unreadable, keeping the last one: %s", err)
+            log.warning("devices unreadable, keeping the last list: %s", err)
             return
+        if devices == self.devices:
+            return
+        if self.has("slow-health"):
+            threading.Timer(SLOW_HEALTH_S, self._publish, args=(devices,)).start()
+            return
+        self._publish(devices)
+
+    def _publish(self, devices: list[dict]) -> None:
         with self.changed:
             self.devices = devices
             self.generation += 1
             self.changed.notify_all()
-        log.info("inventory reloaded: %d devices", len(devices))
+        log.info("devices: %s", ", ".join(f"{d['id']}={d['health']}" for d in devices) or "none")
 
     # -- serving and registering ---------------------------------------------
 
@@ -247,8 +295,9 @@ class ReferencePlugin:
 
     def run(self) -> None:
         watcher = INotify()
-        watcher.add_watch(str(self.plugin_dir), IN.CREATE | IN.DELETE | IN.MOVED_TO | IN.MOVED_FROM)
-        watcher.add_watch(str(self.inventory_path.parent), IN.CLOSE_WRITE | IN.MOVED_TO)
+        self._plugin_wd = watcher.add_watch(str(self.plugin_dir), IN.CREATE | IN.DELETE | IN.MOVED_TO | IN.MOVED_FROM)
+        self.source.watch(watcher)
+        self.refresh()  # anything that changed before the watches were in place
         if self.has("no-wait-for-kubelet") and not self.kubelet_socket.exists():
             log.error("kubelet socket %s not found, exiting", self.kubelet_socket)
             sys.exit(1)
@@ -267,8 +316,15 @@ class ReferencePlugin:
             ready, _, _ = select.select([watcher.fileno(), self._wake_r], [], [],
                                         None if timeout is None else timeout / 1000)
             if watcher.fileno() in ready:
+                devices_changed = False
                 for event in watcher.read(timeout=0):
-                    self._on_event(event, loop)
+                    if event.wd == self._plugin_wd:
+                        self._on_event(event, loop)
+                    elif self.source.owns(event.wd, event.name):
+                        devices_changed = True
+                if devices_changed:
+                    self.source.watch(watcher)  # new device or class directories
+                    self.refresh()
 
     def request_stop(self) -> None:
         """From the SIGTERM handler: only set a flag and wake the loop.
@@ -280,10 +336,6 @@ class ReferencePlugin:
         os.write(self._wake_w, b"x")
 
     def _on_event(self, event, loop: _RegisterLoop) -> None:  # noqa: ANN001 - inotify_simple.Event
-        if event.wd != 1:
-            if event.name == self.inventory_path.name:
-                self.reload_inventory()
-            return
         if event.name == self.socket_name and event.mask & (IN.DELETE | IN.MOVED_FROM):
             if self.socket_path.exists():
                 return  # an older socket's deletion (our own stale-socket cleanup); we are serving
@@ -382,7 +434,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kubelet-socket", help="default: PLUGIN_DIR/kubelet.sock")
     parser.add_argument("--socket-name", default="fakelet-dp.sock", help="endpoint file name")
     parser.add_argument("--resource", default="fakelet.example.com/gpu")
-    parser.add_argument("--inventory", required=True, help="inventory YAML with a 'devices' list")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inventory", help="inventory YAML with a 'devices' list")
+    source.add_argument("--sysfs-root", help="root of the fake device backend's tree (ROOT/sys/class/...)")
+    parser.add_argument("--temp-threshold-c", type=float, default=85.0, help="overtemperature: Unhealthy above")
+    parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
+                        help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
     parser.add_argument("--defect", choices=sorted(DP_DEFECTS), help="run as a mutant with this bug")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",

@@ -1,0 +1,167 @@
+"""The fake hardware, live: change a device and the tree and the timeline follow.
+
+Every operation changes the model, writes the change through to the
+materialized tree (what the plugin under test watches), and then records a
+`device.<op>` event with the device's new state, so a check can measure the
+plugin's reaction from the moment the hardware changed. Operations before
+start() or after stop() change the model and are recorded, but write nothing:
+the tree only exists while the backend runs (start() writes the current model).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+from fake_devices.materialize import Materializer
+from fake_devices.model import HEALTHY, UNHEALTHY, Device, Inventory, unknown_device_message
+from harness.timeline import Timeline
+
+SOURCE = "devices"  # the timeline source of every event the backend records
+OPS = ("fail", "recover", "heat", "cool", "unplug", "plug", "ecc")
+
+
+class DeviceBackend:
+    def __init__(self, root: Path, inventory: Inventory, timeline: Timeline | None = None,
+                 skin: str = "neutral") -> None:
+        self.root = Path(root)
+        # A private copy: the caller's inventory (maybe shared, maybe saved
+        # later) never changes behind its back.
+        self.inventory = copy.deepcopy(inventory)
+        self.timeline = timeline
+        self.materializer = Materializer(self.root, skin)
+        self._lock = threading.RLock()
+        self._running = False
+
+    @property
+    def skin(self) -> str:
+        return self.materializer.skin
+
+    @property
+    def char_devices(self) -> bool:
+        return self.materializer.char_devices
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def start(self) -> DeviceBackend:
+        with self._lock:
+            if not self._running:
+                self.materializer.write_all(self.inventory)
+                self._running = True
+                self._record("devices.start", root=str(self.root), skin=self.skin,
+                             devices=[d.id for d in self.inventory.devices if d.present],
+                             char_devices=self.materializer.char_devices,
+                             mknod_error=self.materializer.mknod_error)
+        return self
+
+    def stop(self) -> None:
+        """The hardware goes away: remove what start() materialized. Idempotent."""
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            self.materializer.remove_all(self.inventory)
+            self._record("devices.stop", root=str(self.root))
+
+    def __enter__(self) -> DeviceBackend:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- observations --------------------------------------------------------
+
+    def devices(self) -> list[Device]:
+        """Snapshots, in inventory order; changing one changes nothing."""
+        with self._lock:
+            return [copy.copy(d) for d in self.inventory.devices]
+
+    def state(self, device_id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._device(device_id).to_dict()
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return self.inventory.ids()
+
+    # -- operations ----------------------------------------------------------
+
+    def fail(self, device_id: str) -> dict[str, Any]:
+        return self._change("fail", device_id, health=UNHEALTHY)
+
+    def recover(self, device_id: str) -> dict[str, Any]:
+        return self._change("recover", device_id, health=HEALTHY)
+
+    def heat(self, device_id: str, temperature_c: float) -> dict[str, Any]:
+        # Health stays as it is: deciding that a hot device is unhealthy is the plugin's job.
+        return self._change("heat", device_id, temperature_c=_temperature(temperature_c))
+
+    def cool(self, device_id: str, temperature_c: float) -> dict[str, Any]:
+        return self._change("cool", device_id, temperature_c=_temperature(temperature_c))
+
+    def unplug(self, device_id: str) -> dict[str, Any]:
+        return self._change("unplug", device_id, present=False)
+
+    def plug(self, device_id: str) -> dict[str, Any]:
+        return self._change("plug", device_id, present=True)
+
+    def ecc(self, device_id: str, count: int = 1) -> dict[str, Any]:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"ecc count must be a positive integer, got {count!r}")
+        with self._lock:
+            total = self._device(device_id).ecc_errors + count
+            return self._change("ecc", device_id, ecc_errors=total)
+
+    def apply(self, op: str, device_id: str, value: float | None = None) -> dict[str, Any]:
+        """One operation by name: what fault scripts and the control API call."""
+        if op in ("heat", "cool"):
+            if value is None:
+                raise ValueError(f"{op} needs a temperature (degrees C)")
+            return getattr(self, op)(device_id, value)
+        if op == "ecc":
+            if value is None:
+                return self.ecc(device_id)
+            if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+                    or value != int(value)):
+                raise ValueError(f"ecc count must be a positive integer, got {value!r}")
+            return self.ecc(device_id, int(value))
+        if op in OPS:
+            return getattr(self, op)(device_id)
+        raise ValueError(f"unknown device operation {op!r}; known: {', '.join(OPS)}")
+
+    # -- mechanics -----------------------------------------------------------
+
+    def _device(self, device_id: str) -> Device:
+        for device in self.inventory.devices:
+            if device.id == device_id:
+                return device
+        raise KeyError(unknown_device_message(device_id, self.inventory.ids()))
+
+    def _change(self, op: str, device_id: str, **changes: Any) -> dict[str, Any]:
+        with self._lock:
+            device = self._device(device_id)
+            for name, value in changes.items():
+                setattr(device, name, value)
+            if self._running:
+                if device.present:
+                    self.materializer.write_device(device)
+                else:
+                    self.materializer.remove_device(device)
+            # Recorded after the write: when the event exists, the tree already shows the change.
+            self._record(f"device.{op}", device=device.id, health=device.health,
+                         temperature_c=device.temperature_c, present=device.present,
+                         ecc_errors=device.ecc_errors)
+            return device.to_dict()
+
+    def _record(self, kind: str, **data: Any) -> None:
+        if self.timeline is not None:
+            self.timeline.record(kind, SOURCE, **data)
+
+
+def _temperature(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"temperature must be a finite number of degrees C, got {value!r}")
+    return float(value)

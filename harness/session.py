@@ -1,0 +1,76 @@
+"""`fakelet up`: one live session for an engineer, driven by hand.
+
+The fake kubelet, the subject and the fake device backend run until Ctrl-C
+(or --for SECONDS); the backend's control socket takes `fakelet devices ...`
+from another terminal, and every event is printed as it happens.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from fake_devices.control import ControlServer
+from harness.env import DPEnv
+from harness.runconfig import RunConfig
+from harness.timeline import Event, describe
+
+SHOWN = ("kubelet.", "device.", "fault.", "process.")  # event kinds worth a line on the console
+
+
+def show(event: Event, origin_ns: int) -> str | None:
+    if event.kind.startswith(SHOWN) or (event.kind == "grpc.stream_msg" and event.source == "kubelet"):
+        if event.kind == "grpc.stream_msg":
+            devices = event.get("message", {}).get("devices", [])
+            return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s ListAndWatch " + ", ".join(
+                f"{d.get('ID')}={d.get('health')}" for d in devices)
+        return describe(event, origin_ns)
+    return None
+
+
+class Session:
+    def __init__(self, run: RunConfig, out: TextIO) -> None:
+        self.run, self.out = run, out
+        self.stop = threading.Event()
+        self.env: DPEnv | None = None
+        self.control: ControlServer | None = None
+
+    def start(self) -> Session:
+        self.env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, self.run.resolve_binary(),
+                         artifacts=self.run.out)
+        try:
+            if self.env.devices is not None:
+                self.control = ControlServer(self.env.devices, self.env.sandbox.path / "control.sock").start()
+            threading.Thread(target=self._follow, daemon=True, name="follow").start()
+            self.env.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @property
+    def control_socket(self) -> Path | None:
+        return self.control.socket_path if self.control is not None else None
+
+    def _follow(self) -> None:
+        assert self.env is not None
+        tl, seen = self.env.timeline, 0
+        while not self.stop.is_set():
+            events = tl.after(seen, 0.5)
+            seen += len(events)
+            for e in events:
+                line = show(e, tl.origin_ns)
+                if line:
+                    print(line, file=self.out, flush=True)
+
+    def wait(self, seconds: float | None) -> None:
+        """Run until stopped (Ctrl-C arrives as KeyboardInterrupt) or for `seconds`."""
+        self.stop.wait(seconds)
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.control is not None:
+            self.control.stop()
+        if self.env is not None:
+            self.env.close()

@@ -1,0 +1,75 @@
+"""Kubelet-side health semantics, end to end: fake hardware -> reference plugin -> fake kubelet.
+
+Allocatable follows health; a pod that holds a device that turns unhealthy
+keeps it; its allocatedResourcesStatus shows the device's health the way
+upstream does (name = resource name, resourceID = device ID).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from harness.env import DPEnv
+from harness.profiles import FAST
+from harness.subjects import load_subject
+from harness.timeline import Event
+
+RESOURCE = "fakelet.example.com/gpu"
+
+
+@pytest.fixture
+def env() -> Iterator[DPEnv]:
+    e = DPEnv(load_subject("reference-dp"), FAST)
+    try:
+        yield e.start()
+    finally:
+        e.close()
+
+
+def wait_allocatable(env: DPEnv, since: int, value: int) -> Event:
+    return env.timeline.wait_for(
+        lambda e: e.kind == "kubelet.devices" and e.get("resource") == RESOURCE and e.get("allocatable") == value,
+        10, f"allocatable {value}", since)
+
+
+def test_health_flows_to_allocatable_and_pod_status(env: DPEnv) -> None:
+    env.registered_and_listed()
+    assert env.devices is not None
+    total = len(env.devices.devices())
+    assert env.node.capacity(RESOURCE) == env.node.allocatable(RESOURCE) == total
+
+    (alloc,) = env.node.admit_pod("pod-1", {RESOURCE: 1})
+    held = alloc.device_ids[0]
+    assert env.node.allocated_resources_status("pod-1") == {
+        "main": [{"name": RESOURCE, "resources": [{"resourceID": held, "health": "Healthy"}]}]}
+
+    t = env.now()
+    env.devices.fail(held)
+    wait_allocatable(env, t, total - 1)
+    assert env.node.capacity(RESOURCE) == total  # capacity keeps unhealthy devices
+    assert env.node.pod_devices("pod-1") == {RESOURCE: [held]}  # the pod keeps its device
+    assert env.node.allocated_resources_status("pod-1")["main"][0]["resources"] == [
+        {"resourceID": held, "health": "Unhealthy"}]
+
+    t = env.now()
+    env.devices.recover(held)
+    wait_allocatable(env, t, total)
+    assert env.node.allocated_resources_status("pod-1")["main"][0]["resources"] == [
+        {"resourceID": held, "health": "Healthy"}]
+
+
+def test_unplugged_device_leaves_capacity(env: DPEnv) -> None:
+    env.registered_and_listed()
+    assert env.devices is not None
+    total = len(env.devices.devices())
+    device = env.devices.devices()[-1].id
+    t = env.now()
+    env.devices.unplug(device)
+    env.timeline.wait_for(lambda e: e.kind == "kubelet.devices" and e.get("capacity") == total - 1, 10,
+                          f"capacity {total - 1} after unplugging {device}", t)
+    t = env.now()
+    env.devices.plug(device)
+    env.timeline.wait_for(lambda e: e.kind == "kubelet.devices" and e.get("capacity") == total
+                          and e.get("allocatable") == total, 10, f"capacity {total} after replugging", t)
