@@ -64,6 +64,7 @@ class SubjectSpec:
     dev_files: list[str] = field(default_factory=list)
     expected_ids: list[str] | None = None
     expected_count: int | None = None
+    opaque_ids: bool = False  # the plugin names devices its own way (hashes): compare counts, not IDs
     defect_args: list[str] = field(default_factory=list)
     defects: dict[str, Defect] = field(default_factory=dict)
     build: dict[str, str] | None = None
@@ -79,6 +80,8 @@ class SubjectSpec:
     def expected_devices(self, inventory: list[dict[str, Any]] | None) -> tuple[list[str] | None, int | None]:
         if self.expected_ids is not None:
             return sorted(self.expected_ids), len(self.expected_ids)
+        if inventory is not None and self.opaque_ids:
+            return None, len(inventory)
         if inventory is not None:
             ids = sorted(d["id"] for d in inventory)
             return ids, len(ids)
@@ -133,7 +136,8 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
         env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
         socket=doc.get("socket"), inventory=doc.get("inventory"),
         dev_files=list(devices.get("files") or []), expected_ids=devices.get("expected_ids"),
-        expected_count=devices.get("expected_count"), defect_args=list(doc.get("defect_args") or []),
+        expected_count=devices.get("expected_count"), opaque_ids=devices.get("ids") == "opaque",
+        defect_args=list(doc.get("defect_args") or []),
         defects=defects, build=doc.get("build"), private_dirs=private_dirs, source=where,
         backend={k: str(v) for k, v in backend.items() if k in ("inventory", "skin")} or None,
         observes=observes,

@@ -73,3 +73,31 @@ def test_unplugged_device_leaves_capacity(env: DPEnv) -> None:
     env.devices.plug(device)
     env.timeline.wait_for(lambda e: e.kind == "kubelet.devices" and e.get("capacity") == total
                           and e.get("allocatable") == total, 10, f"capacity {total} after replugging", t)
+
+
+@pytest.mark.parametrize(("defect", "verdict"), [(None, "pass"), ("no-hotplug", "fail")])
+def test_hotplug_by_count_for_plugins_with_their_own_device_names(tmp_path, defect, verdict) -> None:
+    """DP-HLT-05 for opaque IDs (generic-device-plugin's hashes) compares counts; it still kills no-hotplug."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.subjects import fixtures_dir
+
+    fixtures = tmp_path / "fixtures"
+    shutil.copytree(fixtures_dir(), fixtures)
+    profile = yaml.safe_load((fixtures / "subjects" / "reference-dp.yaml").read_text())
+    profile["devices"] = {"ids": "opaque"}
+    (fixtures / "subjects" / "reference-dp.yaml").write_text(yaml.safe_dump(profile))
+    out = tmp_path / "out"
+    args = ["run", "--check", "DP-HLT-05", "--out", str(out)] + (["--defect", defect] if defect else [])
+    subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120,
+                   env=dict(os.environ, FAKELET_FIXTURES=str(fixtures)))
+    (check,) = json.loads((out / "report.json").read_text())["checks"]
+    assert check["verdict"] == verdict, check["detail"]
+    if verdict == "fail":
+        assert "healthy devices after hot-unplugging" in check["detail"]
