@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,16 +40,6 @@ def leftovers(tmp: Path) -> list[str]:
         if str(tmp) in cmdline and "pytest" not in cmdline:
             found.append(f"pid {proc.name}: {cmdline[:120]}")
     return found
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    """A private, short TMPDIR (unix socket paths must stay under 108 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 LINE_TIMEOUT_S = 30.0
-
-
-@pytest.fixture
-def tmp() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="fk-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 class Lines:
