@@ -69,7 +69,9 @@ class RunConfig:
         try:
             self.binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"), b.get("get")))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
-            self._binary_error = f"subject {self.spec.name}: cannot build {b['package']}: {str(err)[:500]}"
+            # One line: the build's last words say what was missing (e.g. the proxy's refusal).
+            last = [line.strip() for line in str(err).splitlines() if line.strip()][-2:]
+            self._binary_error = f"subject {self.spec.name}: cannot build {b['package']}: {' '.join(last)[:400]}"
             raise SubjectUnavailable(self._binary_error) from err
         return self.binary
 
