@@ -5,6 +5,8 @@
 //
 //	wirecompat plugin  --plugin-dir DIR --resource NAME [--endpoint wirecompat.sock] [--timeout 30s]
 //	wirecompat kubelet --plugin-dir DIR [--timeout 20s]
+//	wirecompat descriptors
+//	wirecompat dracall --socket PATH --version v1|v1beta1 [--timeout 10s]
 //
 // plugin: a device plugin serving DIR/ENDPOINT that registers with whatever
 // serves DIR/kubelet.sock and prints one JSON line per event on stdout.
@@ -16,6 +18,16 @@
 // Because both roles encode and decode with upstream's generated code, a field
 // that the Python side puts under a wrong number or type shows up here as a
 // missing or wrong value, not as an error, so the caller must compare values.
+//
+// descriptors: prints, as one JSON object, the schema facts (packages,
+// messages with their fields, enums, services) of upstream's generated device
+// plugin, plugin registration, DRA and DRA health packages, for comparison
+// with fakelet's own descriptors.
+//
+// dracall: the kubelet's side of the DRA plugin API; it calls
+// NodePrepareResources and NodeUnprepareResources with one claim on the
+// DRAPlugin service at PATH and prints the decoded responses as one JSON
+// object.
 package main
 
 import (
@@ -41,7 +53,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 	v1beta1 "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
+	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	registrationv1 "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // kubeletSocket is the registration socket's name inside the plugin
@@ -51,6 +70,8 @@ const kubeletSocket = "kubelet.sock"
 const usage = `usage:
   wirecompat plugin  --plugin-dir DIR --resource NAME [--endpoint wirecompat.sock] [--timeout 30s]
   wirecompat kubelet --plugin-dir DIR [--timeout 20s]
+  wirecompat descriptors
+  wirecompat dracall --socket PATH --version v1|v1beta1 [--timeout 10s]
 `
 
 func main() {
@@ -64,6 +85,10 @@ func main() {
 		code = pluginMain(os.Args[2:])
 	case "kubelet":
 		code = kubeletMain(os.Args[2:])
+	case "descriptors":
+		code = descriptorsMain(os.Args[2:])
+	case "dracall":
+		code = dracallMain(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:
@@ -638,4 +663,235 @@ func stopServer(srv *grpc.Server) {
 	case <-time.After(2 * time.Second):
 		srv.Stop()
 	}
+}
+
+// ---------------------------------------------------------------------------
+// descriptors mode
+
+// upstreamFiles are the upstream file descriptors that descriptors mode
+// reports, keyed by API and version as the Python side names them.
+var upstreamFiles = []struct {
+	key  string
+	file protoreflect.FileDescriptor
+}{
+	{"deviceplugin/v1beta1", v1beta1.File_staging_src_k8s_io_kubelet_pkg_apis_deviceplugin_v1beta1_api_proto},
+	{"pluginregistration/v1", registrationv1.File_staging_src_k8s_io_kubelet_pkg_apis_pluginregistration_v1_api_proto},
+	{"dra/v1beta1", drav1beta1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1beta1_api_proto},
+	{"dra/v1", drav1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
+	{"dra-health/v1alpha1", drahealthv1alpha1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1alpha1_api_proto},
+}
+
+// The JSON shapes below mirror descriptor.proto's names; enum-typed values
+// (label, type) are their descriptor.proto names, e.g. "TYPE_STRING".
+type fileJSON struct {
+	Package  string        `json:"package"`
+	Messages []messageJSON `json:"messages"`
+	Enums    []enumJSON    `json:"enums"`
+	Services []serviceJSON `json:"services"`
+}
+
+type messageJSON struct {
+	Name     string      `json:"name"` // fully qualified, nested map entries included
+	MapEntry bool        `json:"map_entry"`
+	Fields   []fieldJSON `json:"fields"`
+}
+
+type fieldJSON struct {
+	Name           string `json:"name"`
+	Number         int32  `json:"number"`
+	Label          string `json:"label"`
+	Type           string `json:"type"`
+	TypeName       string `json:"type_name"` // ".pkg.Message" for messages and enums, else ""
+	Proto3Optional bool   `json:"proto3_optional"`
+}
+
+type enumJSON struct {
+	Name   string          `json:"name"`
+	Values []enumValueJSON `json:"values"`
+}
+
+type enumValueJSON struct {
+	Name   string `json:"name"`
+	Number int32  `json:"number"`
+}
+
+type serviceJSON struct {
+	Name    string       `json:"name"`
+	Methods []methodJSON `json:"methods"`
+}
+
+type methodJSON struct {
+	Name            string `json:"name"`
+	InputType       string `json:"input_type"`
+	OutputType      string `json:"output_type"`
+	ClientStreaming bool   `json:"client_streaming"`
+	ServerStreaming bool   `json:"server_streaming"`
+}
+
+func descriptorsMain(args []string) int {
+	if len(args) != 0 {
+		fmt.Fprintln(os.Stderr, "wirecompat descriptors: takes no arguments")
+		return 2
+	}
+	out := map[string]fileJSON{}
+	for _, f := range upstreamFiles {
+		out[f.key] = describeFile(protodesc.ToFileDescriptorProto(f.file))
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fmt.Fprintln(os.Stderr, "wirecompat descriptors:", err)
+		return 1
+	}
+	return 0
+}
+
+func describeFile(fd *descriptorpb.FileDescriptorProto) fileJSON {
+	pkg := fd.GetPackage()
+	f := fileJSON{Package: pkg, Messages: []messageJSON{}, Enums: []enumJSON{}, Services: []serviceJSON{}}
+	prefix := pkg
+	if prefix != "" {
+		prefix += "."
+	}
+	for _, m := range fd.GetMessageType() {
+		f.describeMessage(prefix, m)
+	}
+	for _, e := range fd.GetEnumType() {
+		f.Enums = append(f.Enums, describeEnum(prefix, e))
+	}
+	for _, s := range fd.GetService() {
+		svc := serviceJSON{Name: prefix + s.GetName(), Methods: []methodJSON{}}
+		for _, m := range s.GetMethod() {
+			svc.Methods = append(svc.Methods, methodJSON{
+				Name:            m.GetName(),
+				InputType:       m.GetInputType(),
+				OutputType:      m.GetOutputType(),
+				ClientStreaming: m.GetClientStreaming(),
+				ServerStreaming: m.GetServerStreaming(),
+			})
+		}
+		f.Services = append(f.Services, svc)
+	}
+	return f
+}
+
+// describeMessage appends m and, depth first, its nested messages and enums.
+func (f *fileJSON) describeMessage(prefix string, m *descriptorpb.DescriptorProto) {
+	name := prefix + m.GetName()
+	msg := messageJSON{Name: name, MapEntry: m.GetOptions().GetMapEntry(), Fields: []fieldJSON{}}
+	for _, fld := range m.GetField() {
+		msg.Fields = append(msg.Fields, fieldJSON{
+			Name:           fld.GetName(),
+			Number:         fld.GetNumber(),
+			Label:          fld.GetLabel().String(),
+			Type:           fld.GetType().String(),
+			TypeName:       fld.GetTypeName(),
+			Proto3Optional: fld.GetProto3Optional(),
+		})
+	}
+	f.Messages = append(f.Messages, msg)
+	for _, nested := range m.GetNestedType() {
+		f.describeMessage(name+".", nested)
+	}
+	for _, e := range m.GetEnumType() {
+		f.Enums = append(f.Enums, describeEnum(name+".", e))
+	}
+}
+
+func describeEnum(prefix string, e *descriptorpb.EnumDescriptorProto) enumJSON {
+	en := enumJSON{Name: prefix + e.GetName(), Values: []enumValueJSON{}}
+	for _, v := range e.GetValue() {
+		en.Values = append(en.Values, enumValueJSON{Name: v.GetName(), Number: v.GetNumber()})
+	}
+	return en
+}
+
+// ---------------------------------------------------------------------------
+// dracall mode
+
+// The one claim dracall prepares and unprepares.
+const (
+	draClaimNamespace = "wc-ns"
+	draClaimUID       = "wc-uid-1"
+	draClaimName      = "wc-claim"
+)
+
+// draReport is dracall's JSON object: the responses as protojson with proto
+// field names and zero values included.
+type draReport struct {
+	Version   string          `json:"version"`
+	Prepare   json.RawMessage `json:"prepare"`
+	Unprepare json.RawMessage `json:"unprepare"`
+}
+
+func dracallMain(args []string) int {
+	fs := flag.NewFlagSet("wirecompat dracall", flag.ContinueOnError)
+	sock := fs.String("socket", "", "the DRA plugin's service socket (required)")
+	version := fs.String("version", "", "DRA plugin API version: v1 or v1beta1 (required)")
+	timeout := fs.Duration("timeout", 10*time.Second, "deadline for both calls")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *sock == "" || (*version != "v1" && *version != "v1beta1") || fs.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "wirecompat dracall: --socket and --version v1|v1beta1 are required, no positional arguments")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	conn, err := dialUnix(*sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wirecompat dracall:", err)
+		return 1
+	}
+	defer conn.Close()
+
+	var prepare, unprepare proto.Message
+	if *version == "v1" {
+		prepare, unprepare, err = draCallV1(ctx, drav1.NewDRAPluginClient(conn))
+	} else {
+		prepare, unprepare, err = draCallV1beta1(ctx, drav1beta1.NewDRAPluginClient(conn))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wirecompat dracall:", err)
+		return 1
+	}
+	report := draReport{Version: *version}
+	opts := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	if report.Prepare, err = opts.Marshal(prepare); err == nil {
+		report.Unprepare, err = opts.Marshal(unprepare)
+	}
+	if err == nil {
+		err = json.NewEncoder(os.Stdout).Encode(report)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wirecompat dracall:", err)
+		return 1
+	}
+	return 0
+}
+
+func draCallV1(ctx context.Context, client drav1.DRAPluginClient) (proto.Message, proto.Message, error) {
+	claims := []*drav1.Claim{{Namespace: draClaimNamespace, Uid: draClaimUID, Name: draClaimName}}
+	ready := grpc.WaitForReady(true)
+	prep, err := client.NodePrepareResources(ctx, &drav1.NodePrepareResourcesRequest{Claims: claims}, ready)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NodePrepareResources: %w", err)
+	}
+	unprep, err := client.NodeUnprepareResources(ctx, &drav1.NodeUnprepareResourcesRequest{Claims: claims}, ready)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NodeUnprepareResources: %w", err)
+	}
+	return prep, unprep, nil
+}
+
+func draCallV1beta1(ctx context.Context, client drav1beta1.DRAPluginClient) (proto.Message, proto.Message, error) {
+	claims := []*drav1beta1.Claim{{Namespace: draClaimNamespace, Uid: draClaimUID, Name: draClaimName}}
+	ready := grpc.WaitForReady(true)
+	prep, err := client.NodePrepareResources(ctx, &drav1beta1.NodePrepareResourcesRequest{Claims: claims}, ready)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NodePrepareResources: %w", err)
+	}
+	unprep, err := client.NodeUnprepareResources(ctx, &drav1beta1.NodeUnprepareResourcesRequest{Claims: claims}, ready)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NodeUnprepareResources: %w", err)
+	}
+	return prep, unprep, nil
 }
