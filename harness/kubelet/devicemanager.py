@@ -222,14 +222,10 @@ class DeviceManager:
         event = {"instance": self.instance, "resource": request.resource_name, "version": request.version,
                  "endpoint": request.endpoint, "options": to_dict(request.options), "probe": probe}
         error = self._validate(request)
-        endpoint = None
+        endpoint = options = None
         if error is None:
-            endpoint = Endpoint(request.resource_name, go_join(self.plugin_dir, request.endpoint), self.timeline)
-            try:
-                endpoint.dial(self.profile.dial_timeout_s)
-                options = endpoint.fetch_options()
-            except DialError as err:
-                error = str(err)
+            endpoint, options, error = self._dial(request.resource_name,
+                                                  go_join(self.plugin_dir, request.endpoint))
         if error is None and self._server is None:
             error = "kubelet is shutting down"
         if error is not None:
@@ -237,11 +233,60 @@ class DeviceManager:
                 endpoint.close()
             self.timeline.record("kubelet.register", "kubelet", accepted=False, error=error, **event)
             context.abort(grpc.StatusCode.UNKNOWN, error)
-        assert endpoint is not None
+        assert endpoint is not None and options is not None
         self._connect(endpoint, options)
         self.timeline.record("kubelet.register", "kubelet", accepted=True, served_options=to_dict(options),
                              endpoint_id=endpoint.id, **event)
         return dp.Empty()
+
+    def _dial(self, resource: str, path: str) -> tuple[Endpoint | None, dp.DevicePluginOptions | None, str | None]:
+        """Dial a plugin's endpoint and fetch its options: (endpoint, options, None) or (None, None, error)."""
+        endpoint = Endpoint(resource, path, self.timeline)
+        try:
+            endpoint.dial(self.profile.dial_timeout_s)
+            return endpoint, endpoint.fetch_options(), None
+        except DialError as err:
+            endpoint.close()
+            return None, None, str(err)
+
+    def connect_plugin(self, resource: str, path: str) -> str | None:
+        """Connect the plugin at `path` (used as given) for `resource`; the error, or None.
+
+        What Register does after validation, for a plugin that came through
+        plugins_registry (plugin/v1beta1 handler.go RegisterPlugin -> connectClient).
+        """
+        endpoint, options, error = self._dial(resource, path)
+        if error is None and self._server is None:
+            error = "kubelet is shutting down"
+        if error is not None:
+            if endpoint is not None:
+                endpoint.close()
+            self.timeline.record("kubelet.connect", "kubelet", instance=self.instance, resource=resource,
+                                 endpoint=path, accepted=False, error=error)
+            return error
+        assert endpoint is not None and options is not None
+        self._connect(endpoint, options)
+        self.timeline.record("kubelet.connect", "kubelet", instance=self.instance, resource=resource,
+                             endpoint=path, accepted=True, served_options=to_dict(options), endpoint_id=endpoint.id)
+        return None
+
+    def disconnect_plugin(self, resource: str) -> None:
+        """Disconnect the resource's current client (plugin/v1beta1 handler.go DeRegisterPlugin).
+
+        PluginDisconnected: every device unhealthy, capacity kept, and the
+        resource goes after endpointStopGracePeriod.
+        """
+        with self._lock:
+            state = self._resources.get(resource)
+            if state is None or state.endpoint is None or state.stopped_at is not None:
+                return
+            endpoint = state.endpoint
+            state.mark_unhealthy()
+            state.stopped_at = time.monotonic()
+            self.timeline.record("kubelet.disconnect", "kubelet", instance=self.instance, resource=resource,
+                                 endpoint_id=endpoint.id)
+        endpoint.close()
+        self._record_devices(resource, "disconnected")
 
     def _validate(self, request: dp.RegisterRequest) -> str | None:
         if request.version not in SUPPORTED_VERSIONS:
