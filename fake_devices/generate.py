@@ -45,6 +45,7 @@ SERIAL_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"  # no I/O: serials get re
 # PCI buses by NUMA node: the low half of the bus range hangs off node 0, the
 # high half off node 1, as on a two-socket server.
 BUS_RANGES = {0: (0x17, 0x7f), 1: (0x80, 0xfe)}
+PCI_DEVICES_PER_BUS = 32  # PCI: a 5-bit device number
 
 
 class DeviceProvider(BaseProvider):
@@ -52,7 +53,7 @@ class DeviceProvider(BaseProvider):
 
     def __init__(self, generator: object) -> None:
         super().__init__(generator)
-        self._buses: set[int] = set()
+        self._slots: set[tuple[int, int]] = set()  # (bus, device) pairs handed out
 
     def device_vendor_model(self, cls: str) -> tuple[str, str, int]:
         vendor, models = self.generator.random.choice(CATALOG[cls])
@@ -68,12 +69,20 @@ class DeviceProvider(BaseProvider):
         return str(uuid.UUID(int=self.generator.random.getrandbits(128), version=4))
 
     def device_pci_address(self, numa: int) -> str:
-        """A PCI address on a bus of the device's NUMA node, distinct from earlier draws."""
+        """A PCI address on a bus of the device's NUMA node, distinct from earlier draws.
+
+        One device per bus while buses last (as on real servers); large
+        inventories then share buses, device numbers 1..31.
+        """
         low, high = BUS_RANGES[numa % NUMA_NODES]
-        free = [b for b in range(low, high + 1) if b not in self._buses]
-        bus = self.generator.random.choice(free)
-        self._buses.add(bus)
-        return f"0000:{bus:02x}:00.0"
+        for device in range(PCI_DEVICES_PER_BUS):
+            free = [b for b in range(low, high + 1) if (b, device) not in self._slots]
+            if free:
+                bus = self.generator.random.choice(free)
+                self._slots.add((bus, device))
+                return f"0000:{bus:02x}:{device:02x}.0"
+        raise ValueError(f"NUMA node {numa % NUMA_NODES} has no free PCI address left "
+                         f"({(high - low + 1) * PCI_DEVICES_PER_BUS} slots): ask for fewer devices")
 
 
 def generate(seed: int, counts: dict[str, int] | None = None) -> Inventory:

@@ -518,3 +518,10 @@ def test_device_defaults_are_complete() -> None:
     d = Device(id="nic-3")
     assert (d.node, d.cls, d.health, d.present) == ("fakenic3", "generic", "Healthy", True)
     assert d.uuid and d.serial and Device.from_dict(d.to_dict()) == d
+
+
+def test_large_inventories_share_pci_buses_and_too_large_is_refused() -> None:
+    inv = generate(1, {"gpu": 1000})
+    assert len({d.pci_address for d in inv.devices}) == 1000
+    with pytest.raises(ValueError, match="no free PCI address left"):
+        generate(1, {"gpu": 8000})

@@ -1,0 +1,559 @@
+"""P3: lost health updates, propagation latency and CPU under a device-flap storm.
+
+One fake kubelet (FAST profile) in one sandbox serves P reference plugins at
+once (default 8), each with its own resource name (fakelet.example.com/gpu0 ...),
+its own socket and its own fake device backend of D devices (default 256, from
+`generate(seed=i, {"gpu": D})`).
+A seeded schedule then flips device health at R changes per second in
+aggregate (default 100) for S seconds (default 30): random.Random(seed) picks
+a plugin and a device for each slot, and each device alternates fail,
+recover, fail, ... The changes are written through the
+backends at their scheduled times (the waits are a schedule, not
+synchronisation), and afterwards the kubelet gets a bounded settle period.
+
+From the timeline it reports:
+
+- lost updates: backend changes whose new state no ListAndWatch message the
+  kubelet received showed after the change and before that device's next
+  change (target: 0), and whether the kubelet's final view equals the
+  backends' after settling;
+- propagation latency, backend change event -> first kubelet stream message
+  showing the new state, at p50/p99/max;
+- CPU (user+sys) of this process, which is the harness (kubelet, timeline,
+  backends, scheduler), and of the plugin processes, as % of one core.
+
+It prints figures; it is not a test.
+
+    python benchmarks/p3_flap_scale.py [--plugins 8] [--devices 256] [--rate 100] [--seconds 30]
+    python benchmarks/p3_flap_scale.py --plugins 2 --devices 32 --rate 20 --seconds 5    # small
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import os
+import random
+import resource
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# grpc reads this once, at import: keep its core's INFO lines (a GOAWAY at teardown) off the figures.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc
+
+from fake_devices.backend import DeviceBackend
+from fake_devices.generate import generate
+from fake_devices.scripts import Step
+from harness.launchers import ProcessLauncher
+from harness.node import FakeNode
+from harness.profiles import FAST
+from harness.sandbox import Sandbox
+from harness.subjects import SubjectSpec, free_port, load_subject, render, repo_root
+from harness.timeline import Event, Timeline, WaitTimeout
+
+TARGET_LOST = 0  # P3: not one health change may go missing on the way to the kubelet
+RESOURCE_PREFIX = "fakelet.example.com/gpu"  # plugin i serves fakelet.example.com/gpu<i>
+STARTUP_S = 60.0  # bound on all plugins registering and listing; P interpreters start on few cores
+SETTLE_S = 10.0  # bound on the kubelet's view catching up with the backends after the last change
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+QUANTILES = (50, 99)
+SHOW_LOST = 8  # lost updates listed one by one
+MIN_THREAD_S = 0.05  # thread groups using less CPU than this are summed up as "the rest"
+CHANGE_KINDS = ("device.fail", "device.recover")
+
+
+def _term_to_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def pct(samples: list[float], p: int) -> float:
+    """The p-th percentile, linear interpolation between closest ranks (as in P2)."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=100, method="inclusive")[p - 1]
+
+
+def quantiles_ms(samples: list[float]) -> str:
+    if not samples:
+        return "none"
+    cells = "  ".join(f"p{p} {pct(samples, p):8.2f}" for p in QUANTILES)
+    return f"{cells}  max {max(samples):8.2f}  ms"
+
+
+def cpu_of_pid(pid: int, task: int | None = None) -> float | None:
+    """user+sys seconds of a process (or of one of its threads) from /proc, None once it is gone."""
+    path = f"/proc/{pid}/stat" if task is None else f"/proc/{pid}/task/{task}/stat"
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    after_comm = text[text.rindex(")") + 2:].split()  # comm may hold spaces; field 3 (state) comes first
+    return (int(after_comm[11]) + int(after_comm[12])) / CLK_TCK  # fields 14 utime, 15 stime
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot, everyone's (from the "cpu" line of /proc/stat)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks[:8]) - idle) / CLK_TCK  # user nice system idle iowait irq softirq steal
+
+
+def self_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def thread_group(tid: int, names: dict[int, str]) -> str:
+    """What a thread of this process does, from its Python name (or its OS name for grpc's own threads)."""
+    name = names.get(tid)
+    if name is None:
+        try:
+            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:
+            comm = "?"
+        return f"grpc core threads ({comm})" if comm.startswith(("grpc", "default-exec", "resolver", "event_engine")) \
+            else f"other native threads ({comm})"
+    if name == "MainThread":
+        return "main: flap schedule + backend writes"
+    if name.startswith("law-"):
+        return "kubelet ListAndWatch readers (law-*)"
+    if name.startswith("kubelet"):
+        return "kubelet gRPC server workers"
+    if name.startswith("watch-"):
+        return "plugin exit watchers"
+    return f"other Python threads {name.partition(' ')[2]}".rstrip()  # "Thread-3 (_serve)" -> "(_serve)"
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """tid -> (group, user+sys seconds) for every live thread of this process."""
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    out: dict[int, tuple[str, float]] = {}
+    for entry in os.scandir("/proc/self/task"):
+        tid = int(entry.name)
+        cpu = cpu_of_pid(os.getpid(), tid)
+        if cpu is not None:
+            out[tid] = (thread_group(tid, names), cpu)
+    return out
+
+
+@dataclass(frozen=True)
+class Flap:
+    plugin: int
+    step: Step
+
+
+def make_schedule(seed: int, plugins: int, ids: list[str], rate: float, seconds: float) -> list[Flap]:
+    """Evenly spaced slots at `rate`/s; random.Random(seed) picks plugin and device; each device alternates."""
+    rng = random.Random(seed)
+    healthy = [dict.fromkeys(ids, True) for _ in range(plugins)]
+    flaps = []
+    for k in range(round(rate * seconds)):
+        p, device = rng.randrange(plugins), ids[rng.randrange(len(ids))]
+        op = "fail" if healthy[p][device] else "recover"
+        healthy[p][device] = not healthy[p][device]
+        flaps.append(Flap(p, Step(k / rate, op, device)))
+    return flaps
+
+
+class Plugin:
+    """One reference plugin: its own resource, socket and fake hardware, under the shared kubelet."""
+
+    def __init__(self, index: int, devices: int, spec: SubjectSpec, sandbox: Sandbox, timeline: Timeline) -> None:
+        self.index = index
+        self.name = f"{spec.name}-{index}"
+        self.resource = f"{RESOURCE_PREFIX}{index}"
+        self.socket_name = f"fakelet-dp-{index}.sock"
+        # The backend records on a timeline of its own: every backend has the same device ids
+        # (gpu-0 ...), and its events do not say which backend they came from. Both timelines
+        # stamp events with time.monotonic_ns, so their times compare directly.
+        self.changes = Timeline()
+        root = sandbox.path / f"hw{index}"
+        inventory = generate(seed=index, counts={"gpu": devices})
+        self.backend = DeviceBackend(root, inventory, self.changes)
+        # The command line exactly as DPEnv builds it for the reference subject, plus its own socket name.
+        values = {
+            "python": sys.executable, "plugin_dir": str(sandbox.plugin_dir),
+            "kubelet_socket": str(sandbox.kubelet_socket), "dev_dir": str(root / "dev"),
+            "sandbox": str(sandbox.path), "resource": self.resource, "free_port": str(free_port()),
+            "defect": "", "bin": "", "inventory": "", "sysfs_root": str(root),
+        }
+        argv = [render(a, values, spec.source) for a in spec.command] + ["--socket-name", self.socket_name]
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox.path),
+               "PYTHONPATH": str(repo_root()), "GRPC_VERBOSITY": "ERROR"}
+        env.update({k: render(v, values, spec.source) for k, v in spec.env.items()})
+        self.launcher = ProcessLauncher(self.name, argv, env, sandbox.logs_dir / f"{self.name}.log", timeline)
+        self.endpoint_id: int | None = None
+
+    def cpu_s(self) -> float | None:
+        pid = self.launcher.pid
+        return cpu_of_pid(pid) if pid is not None and self.launcher.running else None
+
+    def expected(self) -> dict[str, str]:
+        return {d.id: d.health for d in self.backend.devices() if d.present}
+
+
+@dataclass
+class Outcome:
+    changes: int = 0
+    # (plugin, device, change, next change's t_ns or None, when a kubelet message showed it late or None)
+    lost: list[tuple[int, str, Event, int | None, int | None]] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+    # Changes counted as shown although the kubelet's view had never left that state: their
+    # predecessor was undone before the kubelet showed it.
+    unchanged: int = 0
+    # Cross-check by order alone: how many fewer state changes the kubelet showed, per device, than
+    # the backend made (a fail and its recovery that collapsed into one list hide two changes).
+    sequence_short: int = 0
+    messages: Counter[str] = field(default_factory=Counter)
+
+
+def kubelet_view(timeline: Timeline, plugin: Plugin) -> tuple[list[int], dict[str, tuple[list[int], list[str | None]]]]:
+    """The kubelet's ListAndWatch messages for one plugin: their times, and per device its state changes.
+
+    Only messages on the endpoint the plugin registered count. A device missing from a message has
+    state None (the kubelet no longer knows it).
+    """
+    times: list[int] = []
+    changes: dict[str, tuple[list[int], list[str | None]]] = defaultdict(lambda: ([], []))
+    previous: dict[str, str] = {}
+    for e in timeline.events(kind="grpc.stream_msg"):
+        if e.source != "kubelet" or e.get("resource") != plugin.resource or e.get("endpoint_id") != plugin.endpoint_id:
+            continue
+        current = {d["ID"]: d.get("health", "") for d in e.get("message", {}).get("devices", [])}
+        times.append(e.t_ns)
+        for device, health in current.items():
+            if previous.get(device) != health:
+                changes[device][0].append(e.t_ns)
+                changes[device][1].append(health)
+        for device in previous.keys() - current.keys():
+            changes[device][0].append(e.t_ns)
+            changes[device][1].append(None)
+        previous = current
+    return times, changes
+
+
+def first_shown(msg_times: list[int], shown: tuple[list[int], list[str | None]], state: str,
+                start: int, end: int) -> tuple[int | None, bool]:
+    """The first kubelet message at or after `start` and before `end` that shows the device in `state`.
+
+    Also whether the device was already in `state` in the kubelet's view just before `start`.
+    """
+    change_times, states = shown
+    k = bisect.bisect_left(change_times, start) - 1  # the device's last state change before `start`
+    already = k >= 0 and states[k] == state
+    j = bisect.bisect_left(msg_times, start)
+    if j < len(msg_times) and msg_times[j] < end:
+        k = bisect.bisect_right(change_times, msg_times[j]) - 1  # the device's state in that message
+        if k >= 0 and states[k] == state:
+            return msg_times[j], already and change_times[k] < start
+    # Otherwise the state differs there and stays so until a message changes it.
+    for k in range(bisect.bisect_left(change_times, start), len(change_times)):
+        if change_times[k] >= end:
+            break
+        if states[k] == state:
+            return change_times[k], False
+    return None, False
+
+
+def analyse(timeline: Timeline, plugins: list[Plugin], end_ns: int) -> Outcome:
+    out = Outcome()
+    for p in plugins:
+        msg_times, shown = kubelet_view(timeline, p)
+        out.messages[p.resource] = len(msg_times)
+        by_device: dict[str, list[Event]] = defaultdict(list)
+        for e in p.changes.events():
+            if e.kind in CHANGE_KINDS:
+                by_device[e.get("device")].append(e)
+        for device, changes in by_device.items():
+            history = shown.get(device, ([], []))
+            times = [c.t_ns for c in changes] + [end_ns, end_ns]
+            for i, change in enumerate(changes):
+                out.changes += 1
+                state = change.get("health")
+                seen, unchanged = first_shown(msg_times, history, state, times[i], times[i + 1])
+                if seen is not None:
+                    out.latencies_ms.append((seen - times[i]) / 1e6)
+                    out.unchanged += unchanged
+                    continue
+                # Late: shown after the next change but before the one after it restored the same state.
+                late, _ = first_shown(msg_times, history, state, times[i + 1], times[i + 2])
+                nxt = times[i + 1] if i + 1 < len(changes) else None
+                out.lost.append((p.index, device, change, nxt, late))
+            shown_after = sum(1 for t in history[0] if t >= times[0])
+            out.sequence_short += max(0, len(changes) - shown_after)
+    return out
+
+
+def wait_ready(timeline: Timeline, plugins: list[Plugin], devices: int, timeout_s: float) -> None:
+    """Every plugin registered and the kubelet lists all its devices as allocatable."""
+    by_resource = {p.resource: p for p in plugins}
+    ready: set[str] = set()
+
+    def all_ready(e: Event) -> bool:
+        p = by_resource.get(e.get("resource", ""))
+        if p is not None and e.kind == "kubelet.register" and e.get("accepted"):
+            p.endpoint_id = e.get("endpoint_id")
+        elif p is not None and e.kind == "kubelet.devices" and e.get("allocatable") == devices:
+            ready.add(p.resource)
+        return len(ready) == len(plugins)
+
+    names = {p.name for p in plugins}
+    timeline.wait_for(all_ready, timeout_s, f"{len(plugins)} plugins registered with {devices} allocatable each",
+                      abort=lambda e: e.kind == "process.exit" and e.source in names,
+                      relevant=("kubelet.register", "kubelet.devices", "process.exit"))
+
+
+def settle(timeline: Timeline, plugins: list[Plugin], timeout_s: float) -> float | None:
+    """Wait (bounded) until the kubelet's last message per plugin equals the backend; seconds waited or None."""
+    expected = {p.resource: p.expected() for p in plugins}
+    endpoints = {p.resource: p.endpoint_id for p in plugins}
+    latest: dict[str, dict[str, str]] = {}
+
+    def caught_up(e: Event) -> bool:
+        r = e.get("resource")
+        if e.kind != "grpc.stream_msg" or e.source != "kubelet" or endpoints.get(r) != e.get("endpoint_id"):
+            return False
+        latest[r] = {d["ID"]: d.get("health", "") for d in e.get("message", {}).get("devices", [])}
+        return latest == expected
+
+    names = {p.name for p in plugins}
+    t0 = time.monotonic()
+    try:
+        timeline.wait_for(caught_up, timeout_s, "the kubelet's view to equal the backends'",
+                          abort=lambda e: (e.kind == "process.exit" and e.source in names)
+                          or e.kind == "kubelet.stream_end",
+                          relevant=("kubelet.stream_end", "process.exit"))
+    except WaitTimeout:
+        return None
+    return time.monotonic() - t0
+
+
+def same_device_gaps_ms(flaps: list[Flap]) -> list[float]:
+    """For every scheduled change that has a successor on the same device: the time until it, in ms."""
+    last: dict[tuple[int, str], float] = {}
+    gaps = []
+    for f in flaps:
+        key = (f.plugin, f.step.device)
+        if key in last:
+            gaps.append(round((f.step.at_s - last[key]) * 1e3, 6))
+        last[key] = f.step.at_s
+    return gaps
+
+
+def play(flaps: list[Flap], plugins: list[Plugin]) -> list[float]:
+    """Apply each change when its time comes; return how late each one started, in ms."""
+    stop = threading.Event()  # never set: Ctrl-C and SIGTERM raise out of the wait
+    lag_ms = []
+    start = time.monotonic()
+    for flap in flaps:
+        remaining = start + flap.step.at_s - time.monotonic()
+        if (remaining > 0 and stop.wait(remaining)) or stop.is_set():
+            break
+        lag_ms.append((time.monotonic() - start - flap.step.at_s) * 1e3)
+        plugins[flap.plugin].backend.apply(flap.step.op, flap.step.device)
+    return lag_ms
+
+
+def report_cpu(wall_s: float, harness_s: float, plugin_s: list[float | None], threads: list[tuple[str, float]],
+               cpus: int, machine_s: float) -> None:
+    known = [c for c in plugin_s if c is not None]
+    total = harness_s + sum(known)
+    print(f"\nCPU over the {wall_s:.2f} s flap window (user+sys, % of one core):")
+    print(f"  harness process (kubelet, timeline, backends, schedule): {harness_s:7.2f} s = "
+          f"{100 * harness_s / wall_s:5.1f} %")
+    shown = [(g, s) for g, s in threads if s >= MIN_THREAD_S]
+    rest = sum(s for g, s in threads if s < MIN_THREAD_S)
+    if rest:
+        shown.append(("the rest", rest))
+    for group, seconds in shown:
+        print(f"      {group:52} {seconds:7.2f} s = {100 * seconds / wall_s:5.1f} %")
+    if known:
+        together = sum(known)
+        print(f"  {len(known)} plugin processes together:{'':26}{together:7.2f} s = {100 * together / wall_s:5.1f} %"
+              f"  (each: mean {100 * statistics.mean(known) / wall_s:.1f} %, max {100 * max(known) / wall_s:.1f} %)")
+    if len(known) < len(plugin_s):
+        print(f"  ({len(plugin_s) - len(known)} plugin(s) gone before the end of the window: not counted)")
+    print(f"  all together: {total:.2f} s = {100 * total / wall_s:.1f} % of one core, "
+          f"{100 * total / wall_s / cpus:.1f} % of the {cpus} usable core(s)")
+    others = max(0.0, machine_s - total)
+    print(f"  the whole machine was busy {100 * machine_s / wall_s:.1f} % of one core meanwhile "
+          f"({os.cpu_count()} CPU(s) in /proc/stat); other work on it: {100 * others / wall_s:.1f} %")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plugins", type=int, default=8, help="reference plugins under the one kubelet (default 8)")
+    parser.add_argument("--devices", type=int, default=256, help="devices per plugin (default 256)")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="health changes per second, all plugins together (default 100)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long the flapping lasts (default 30)")
+    parser.add_argument("--seed", type=int, default=0, help="schedule seed (default 0)")
+    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
+                        help=f"bound on the kubelet catching up afterwards (default {SETTLE_S:g})")
+    args = parser.parse_args(argv)
+    if args.plugins < 1 or args.devices < 1 or args.rate <= 0 or args.seconds <= 0 or args.settle_s < 0:
+        parser.error("need --plugins >= 1, --devices >= 1, --rate > 0, --seconds > 0, --settle-s >= 0")
+    signal.signal(signal.SIGTERM, _term_to_interrupt)
+    cpus = len(os.sched_getaffinity(0))
+    print(f"P3 flap scale: {args.plugins} reference plugins x {args.devices} devices under one fake kubelet "
+          f"(profile {FAST.name}), {args.rate:g} changes/s for {args.seconds:g} s, seed {args.seed}; "
+          f"{cpus} usable CPU(s), grpcio {grpc.__version__}, load average {os.getloadavg()[0]:.2f} at start")
+
+    spec = load_subject("reference-dp")
+    timeline = Timeline()
+    sandbox: Sandbox | None = None
+    node: FakeNode | None = None
+    plugins: list[Plugin] = []
+    try:
+        t0 = time.monotonic()
+        sandbox = Sandbox()
+        node = FakeNode(sandbox.plugin_dir, sandbox.state_dir, timeline, FAST)
+        for i in range(args.plugins):
+            plugins.append(Plugin(i, args.devices, spec, sandbox, timeline))
+            plugins[-1].backend.start()
+        flaps = make_schedule(args.seed, args.plugins, plugins[0].backend.ids(), args.rate, args.seconds)
+        print(f"  {args.plugins} x {args.devices} fake devices materialized in {time.monotonic() - t0:.2f} s "
+              f"under {sandbox.path}")
+        node.start_kubelet()
+        t0 = time.monotonic()
+        for p in plugins:
+            p.launcher.start()
+        try:
+            wait_ready(timeline, plugins, args.devices, STARTUP_S)
+        except WaitTimeout as err:
+            print(f"start-up failed: {err}", file=sys.stderr)
+            for p in plugins:
+                print(f"--- {p.name} log tail:\n{p.launcher.log_tail(5)}", file=sys.stderr)
+            return 1
+        print(f"  all {args.plugins} plugins registered and listed in {time.monotonic() - t0:.2f} s")
+
+        threads0, harness0, machine0 = thread_cpu(), self_cpu_s(), machine_busy_s()
+        plugins0 = [p.cpu_s() for p in plugins]
+        t_start = time.monotonic()
+        lag_ms = play(flaps, plugins)
+        wall = time.monotonic() - t_start
+        harness1, threads1, machine1 = self_cpu_s(), thread_cpu(), machine_busy_s()
+        plugins1 = [p.cpu_s() for p in plugins]
+        settled_s = settle(timeline, plugins, args.settle_s)
+        end_ns = timeline.now()
+        after_settle = time.monotonic() - t_start
+
+        mismatched = 0
+        assert node.manager is not None
+        for p in plugins:
+            want, have = p.expected(), node.devices(p.resource)
+            mismatched += sum(1 for d in want.keys() | have.keys() if want.get(d) != have.get(d))
+        t_analysis = time.perf_counter()
+        out = analyse(timeline, plugins, end_ns)
+        analysis_s = time.perf_counter() - t_analysis
+
+        done = len(lag_ms)
+        ops = Counter(f.step.op for f in flaps[:done])
+        print(f"\nschedule: {done} of {len(flaps)} changes applied ({ops['fail']} fail, {ops['recover']} recover) "
+              f"in {wall:.2f} s = {done / wall:.1f}/s; start lateness {quantiles_ms(lag_ms)}")
+        msgs = sum(out.messages.values())
+        print(f"kubelet: {msgs} ListAndWatch messages ({msgs / wall:.1f}/s, each the full list of "
+              f"{args.devices}) for {out.changes} changes, {msgs / max(out.changes, 1):.2f} messages per change; "
+              f"per plugin {min(out.messages.values())}-{max(out.messages.values())}")
+
+        print(f"\npropagation latency, backend change -> first kubelet message showing it "
+              f"({len(out.latencies_ms)} changes):\n  {quantiles_ms(out.latencies_ms)}")
+
+        lost = len(out.lost)
+        print(f"\nlost updates: {lost} of {out.changes} changes never shown by the kubelet between the change "
+              f"and the device's next change")
+        if lost:
+            late = sum(1 for *_, shown in out.lost if shown is not None)
+            gaps = [(nxt - e.t_ns) / 1e6 for _, _, e, nxt, _ in out.lost if nxt is not None]
+            print(f"  {late} of them shown late (after the device's next change), {lost - late} never shown")
+            print(f"  {out.unchanged} later changes counted as shown only because the kubelet's view had never "
+                  f"left that state;\n  by order alone the kubelet's per-device state sequences are "
+                  f"{out.sequence_short} changes short of the backends'")
+            if gaps:
+                print(f"  gap to the device's next change for the lost ones: min {min(gaps):.1f}  "
+                      f"median {statistics.median(gaps):.1f}  max {max(gaps):.1f} ms")
+            for idx, device, e, nxt, shown in out.lost[:SHOW_LOST]:
+                at = (e.t_ns - timeline.origin_ns) / 1e9
+                gap = f"next change {(nxt - e.t_ns) / 1e6:.1f} ms later" if nxt is not None else "last change"
+                seen = f"shown late, {(shown - e.t_ns) / 1e6:.1f} ms after it" if shown is not None else "never shown"
+                print(f"    +{at:.3f}s plugin {idx} {device} -> {e.get('health')}: {gap}, {seen}")
+            if lost > SHOW_LOST:
+                print(f"    ... and {lost - SHOW_LOST} more")
+        gaps = sorted(same_device_gaps_ms(flaps[:done]))
+        if gaps and out.latencies_ms:
+            p50 = pct(out.latencies_ms, 50)
+            within = ", ".join(f"{bisect.bisect_right(gaps, ms)} within {ms:g} ms" for ms in (10, 100))
+            print(f"  the schedule undoes some changes quickly: {within}, {bisect.bisect_right(gaps, p50)} within "
+                  f"the p50 latency ({p50:.0f} ms); shortest {gaps[0]:.1f} ms")
+        settle_text = (f"yes, {settled_s:.2f} s after the last change" if settled_s is not None
+                       else f"no, not within {args.settle_s:g} s")
+        print(f"final view equals the backends after settling: {settle_text}; "
+              f"devices differing now: {mismatched}")
+
+        groups: Counter[str] = Counter()
+        for tid, (group, cpu) in threads1.items():
+            groups[group] += cpu - (threads0[tid][1] if tid in threads0 else 0.0)
+        accounted = sum(groups.values())
+        if harness1 - harness0 - accounted > 0.05:
+            groups["unattributed (per-thread tick rounding, ended threads)"] += harness1 - harness0 - accounted
+        plugin_s = [b - a if a is not None and b is not None else None for a, b in zip(plugins0, plugins1, strict=True)]
+        report_cpu(wall, harness1 - harness0, plugin_s, groups.most_common(), cpus, machine1 - machine0)
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"  harness peak RSS {ru.ru_maxrss / 1024:.0f} MiB; timeline {len(timeline.events())} events; "
+              f"analysis took {analysis_s:.2f} s (after the run, not in the window)")
+        print(f"  run {after_settle:.2f} s from the first change to the end of settling")
+
+        print(f"\nload average {os.getloadavg()[0]:.2f} at the end (other work on the machine skews every figure)")
+        meets = lost <= TARGET_LOST and settled_s is not None and mismatched == 0
+        print(f"\ntarget: lost updates = {TARGET_LOST}, and the final view equal to the backends'")
+        print(f"lost updates = {lost}, final view {'equal' if mismatched == 0 else 'NOT equal'}; "
+              f"meets target: {'yes' if meets else 'no'}")
+    except KeyboardInterrupt:
+        print("interrupted; plugins stopped and the sandbox removed", file=sys.stderr)
+        return 130
+    finally:
+        teardown(plugins, node, sandbox)
+    return 0
+
+
+def teardown(plugins: list[Plugin], node: FakeNode | None, sandbox: Sandbox | None) -> None:
+    """Stop everything this run started; a second Ctrl-C or SIGTERM must not cut it short."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    t0 = time.monotonic()
+    try:
+        for p in plugins:  # all at once first, so that their grace periods overlap
+            _attempt(f"signalling {p.name}", lambda p=p: p.launcher.signal(signal.SIGTERM))
+        for p in plugins:
+            _attempt(f"stopping {p.name}", p.launcher.stop)
+        if node is not None:
+            _attempt("stopping the kubelet", node.close)
+        for p in plugins:
+            _attempt(f"removing {p.name}'s fake devices", p.backend.stop)
+        if sandbox is not None:
+            sandbox.close()
+            gone = "removed" if not sandbox.path.exists() else "NOT removed"
+            print(f"teardown: plugins stopped, kubelet stopped, sandbox {gone}, in {time.monotonic() - t0:.2f} s")
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _attempt(what: str, step: Callable[[], object]) -> None:
+    """One teardown step; a failure is reported and the next step still runs."""
+    try:
+        step()
+    except Exception as err:
+        print(f"cleanup: {what} failed: {err}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
