@@ -1,4 +1,4 @@
-module fakelet.test/sample-device-plugin
+module fakelet.test/kubernetes
 
 go 1.26.0
 
