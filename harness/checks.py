@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ NOT_APPLICABLE = "not applicable: "
 
 # Every check defined so far, by ID: filled as suite modules are imported.
 CATALOG: dict[str, tuple[str, str]] = {}
+CHECK_MODULES: dict[str, str] = {}  # check ID -> the module that defines it
 
 
 def check(check_id: str, level: str, title: str) -> Any:
@@ -28,6 +30,7 @@ def check(check_id: str, level: str, title: str) -> Any:
     if check_id in CATALOG:
         raise ValueError(f"{check_id}: defined twice")
     CATALOG[check_id] = (level, title)
+    CHECK_MODULES[check_id] = sys._getframe(1).f_globals.get("__name__", "")
     return pytest.mark.fakelet_check(id=check_id, level=level, title=title)
 
 
@@ -38,7 +41,7 @@ def catalog(suite_package: str) -> dict[str, tuple[str, str]]:
     for info in pkgutil.iter_modules(package.__path__, prefix):
         if info.name.rsplit(".", 1)[-1].startswith("test_"):
             importlib.import_module(info.name)
-    return dict(sorted(CATALOG.items()))
+    return {k: v for k, v in sorted(CATALOG.items()) if CHECK_MODULES[k].startswith(prefix)}
 
 
 def expect(condition: object, expected: str, seen: str) -> None:

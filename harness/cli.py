@@ -3,6 +3,8 @@
     fakelet run                                  # every bundled reference subject, fast profile
     fakelet run --subject NAME [--defect D] [--profile fast|upstream] [--check ID ...] [--seed N] [--out DIR]
     fakelet run --plugin-cmd "CMD ..." --resource example.com/foo [--mount-namespace]
+    fakelet run --plugin-cmd "CMD ..." --kind dra --driver gpu.example.com [--kubelet-version 1.32|...|newest]
+                [--control-plane local|kubeconfig:PATH|none]
     fakelet subjects
 
 Each subject runs in its own pytest process over the `suites` package with
@@ -25,15 +27,17 @@ from pathlib import Path
 
 from fake_devices.cli import main as devices_main
 from harness.checks import catalog
+from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.profiles import PROFILES
-from harness.runconfig import RunConfig
+from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig
 from harness.session import Session
 from harness.subjects import ProfileError, all_subjects
 from reports.model import SubjectReport
 from reports.writers import write_all
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
-SUITES = {"device-plugin": "suites.dp"}
+SUITES = {"device-plugin": "suites.dp", "dra": "suites.dra"}
 
 
 class UsageError(Exception):
@@ -42,7 +46,7 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
-                                     "for Kubernetes device plugins.")
+                                     "for Kubernetes device plugins and DRA drivers.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run conformance checks and write reports")
     run.add_argument("--subject", action="append", default=[], metavar="NAME",
@@ -57,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mount-namespace", action="store_true",
                      help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
     run.add_argument("--binary", help="prebuilt binary for a subject whose profile builds one")
+    run.add_argument("--kind", default="device-plugin", choices=sorted(SUITES),
+                     help="what --plugin-cmd launches (default device-plugin)")
+    run.add_argument("--driver", help="the DRA driver name of a --kind dra --plugin-cmd driver")
+    run.add_argument("--kubelet-version", default="default", metavar="VERSION",
+                     help=f"kubelet to imitate for DRA: {', '.join(KUBELET_VERSIONS)} or newest (default "
+                          f"{DEFAULT_KUBELET_VERSION}); it decides which DRA and health versions are negotiated")
+    run.add_argument("--control-plane", default="local", metavar="SPEC",
+                     help="API server for DRA: local (starts kube-apiserver + etcd once for the run), "
+                          "kubeconfig:PATH (an existing cluster), or none (checks that need one skip)")
     run.add_argument("-j", "--jobs", type=int, default=2,
                      help="checks run in parallel, each in its own sandbox (default 2; 1 for strictly serial)")
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
@@ -65,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--defect", help="run the subject as a mutant with this named defect")
     up.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
     up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--kubelet-version", default="default", metavar="VERSION", help="kubelet to imitate (DRA)")
+    up.add_argument("--control-plane", default="local", metavar="SPEC",
+                    help="API server for a DRA subject: local, kubeconfig:PATH or none")
     up.add_argument("--out", help="keep the session's timeline and subject log here")
     up.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop by itself after this long")
     devices = sub.add_parser("devices", add_help=False,
@@ -92,16 +108,30 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         raise UsageError("--jobs must be at least 1")
     if args.plugin_cmd and args.subject:
         raise UsageError("give either --subject or --plugin-cmd, not both")
+    if args.driver and args.kind != "dra":
+        raise UsageError("--driver is for --kind dra; a device plugin takes --resource")
+    if args.kind == "dra" and args.resource:
+        raise UsageError("a --kind dra driver takes --driver, not --resource")
     if args.plugin_cmd:
         names: list[str | None] = [None]
     elif args.subject:
         names = list(args.subject)
     else:
         names = [s.name for s in all_subjects() if s.reference]
+        if args.defect:
+            # `--defect D` alone: the reference subject(s) that have that defect.
+            having = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
+            names = having or names[:1]  # none: let RunConfig say which defects exist
     runs = [RunConfig.build(subject=name, defect=args.defect, profile=args.profile, seed=args.seed,
-                            checks=args.check, out=args.out, plugin_cmd=args.plugin_cmd, resource=args.resource,
-                            mount_namespace=args.mount_namespace, binary=args.binary) for name in names]
+                            checks=args.check, out=args.out, plugin_cmd=args.plugin_cmd,
+                            resource=args.resource or args.driver,
+                            mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
+                            kubelet_version=args.kubelet_version, control_plane=args.control_plane)
+            for name in names]
     check_ids(args, {r.spec.kind for r in runs})
+    if args.check:
+        # `--check DP-...` over every reference subject runs only the subjects those checks are for.
+        runs = [r for r in runs if set(args.check) & set(catalog(SUITES[r.spec.kind]))]
     return runs
 
 
@@ -110,13 +140,16 @@ def pytest_argv(args: argparse.Namespace, run: RunConfig, out: Path) -> list[str
             "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
             "--fakelet-profile", run.profile.name, "--fakelet-seed", str(run.seed), "--fakelet-out", str(out)]
     if args.plugin_cmd:
-        argv += ["--fakelet-plugin-cmd", args.plugin_cmd, "--fakelet-resource", args.resource]
+        argv += ["--fakelet-plugin-cmd", args.plugin_cmd, "--fakelet-kind", args.kind]
+        argv += ["--fakelet-driver", args.driver] if args.kind == "dra" else ["--fakelet-resource", args.resource]
         if args.mount_namespace:
             argv.append("--fakelet-mount-namespace")
     else:
         argv += ["--fakelet-subject", run.spec.name]
     if run.defect:
         argv += ["--fakelet-defect", run.defect]
+    if run.spec.is_dra:
+        argv += ["--fakelet-kubelet-version", run.kubelet_version.name, "--fakelet-control-plane", run.control_plane]
     if args.binary:
         argv += ["--fakelet-binary", args.binary]
     if args.jobs > 1:
@@ -150,6 +183,8 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
 def print_report(report: SubjectReport) -> None:
     s = report.summary()
     name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
+    if report.kind == "dra":
+        name += " (" + ", ".join(f"{k} {v}" for k, v in report.api_versions.items()) + ")"
     print(f"\n{name}: {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error "
           f"({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
     for c in report.checks:
@@ -174,16 +209,39 @@ def write_index(reports: list[SubjectReport], out: Path) -> None:
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
+def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
+    """Start one local API server for every DRA run, instead of one per check process."""
+    if not any(r.spec.is_dra and r.control_plane == "local" for r in runs):
+        return None
+    try:
+        plane = open_control_plane("local").start()
+    except ControlPlaneUnavailable as err:
+        print(f"fakelet: no local API server ({err}); DRA checks that need one will skip", file=sys.stderr)
+        spec = UNAVAILABLE + str(err)
+        plane = None
+    else:
+        spec = f"kubeconfig:{plane.kubeconfig}"
+    # The check processes find it through the environment, so their repro lines still say "local".
+    os.environ[SHARED_CONTROL_PLANE_ENV] = spec
+    return plane
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
     out = Path(args.out)
     reports = []
-    for run in runs:
-        target = out if len(runs) == 1 else out / run.spec.name
-        reports.append(run_one(args, run, target))
-        print_report(reports[-1])
+    plane = shared_control_plane(runs)
+    try:
+        for run in runs:
+            target = out if len(runs) == 1 else out / run.spec.name
+            reports.append(run_one(args, run, target))
+            print_report(reports[-1])
+    finally:
+        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+        if plane is not None:
+            plane.stop()
     if len(runs) > 1:
         write_index(reports, out)
     else:
@@ -207,7 +265,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--for must be positive")
     run = RunConfig.build(subject=args.subject, defect=args.defect, profile=args.profile, seed=args.seed,
-                          out=args.out)
+                          out=args.out, kubelet_version=args.kubelet_version, control_plane=args.control_plane)
     session = Session(run, sys.stdout)
     try:
         session.start()

@@ -45,7 +45,7 @@ class DPEnv:
         self.binary, self.artifacts = binary, artifacts
         self.timeline = Timeline()
         self.sandbox = Sandbox()
-        self.node = FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, profile)
+        self.node = self._make_node()
         self.inventory: list[dict[str, Any]] | None = None
         self.devices: DeviceBackend | None = None
         self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
@@ -61,6 +61,13 @@ class DPEnv:
 
     # -- setup -------------------------------------------------------------
 
+    def _make_node(self) -> FakeNode:
+        return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile)
+
+    def _namespace_binds(self) -> dict[str, str]:
+        """Sandbox directory -> the host path a mount-namespace subject sees it at."""
+        return {str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR}
+
     def _placeholders(self) -> dict[str, str]:
         values = {
             "python": sys.executable, "plugin_dir": str(self.sandbox.plugin_dir),
@@ -73,12 +80,16 @@ class DPEnv:
             # Inside the namespace the plugin sees the sandbox at the host path.
             values["plugin_dir"] = HOST_DEVICE_PLUGIN_DIR
             values["kubelet_socket"] = f"{HOST_DEVICE_PLUGIN_DIR}/kubelet.sock"
+        values.update(self._more_placeholders())
         if self.spec.inventory:
             values["inventory"] = str(self._install_inventory())
         if self.spec.backend:
             root = self._start_backend()
             values["sysfs_root"], values["dev_dir"] = str(root), str(root / "dev")
         return values
+
+    def _more_placeholders(self) -> dict[str, str]:
+        return {}
 
     def _start_backend(self) -> Path:
         """Materialize the fake hardware for the subject, under the sandbox."""
@@ -118,7 +129,7 @@ class DPEnv:
         env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "mount-namespace":
-            binds = {str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR}
+            binds = self._namespace_binds()
             # Host directories the plugin writes into (e.g. /tmp) get a private
             # sandbox copy, bound last so earlier sources are already resolved.
             for n, host_dir in enumerate(self.spec.private_dirs):

@@ -8,6 +8,7 @@ so that repeated runs and CI reruns on the same machine skip the build.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -71,6 +72,15 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel check processes ask for the same binary at once: one builds, the others wait for it.
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.is_file() and os.access(out, os.X_OK):
+            return out
+        return _build_to(out, module_dir, package, get)
+
+
+def _build_to(out: Path, module_dir: Path, package: str, get: str | None) -> Path:
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # parallel builders never share a temp file
     try:
         if get:

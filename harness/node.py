@@ -3,6 +3,10 @@
 Checks only use `Node`: restart the kubelet, read capacity and allocatable,
 admit a pod, read its devices. `FakeNode` implements it with this harness's
 kubelet; a real-kubelet backend can implement the same protocol later.
+
+With a `registry_dir`, each kubelet instance also runs a plugin watcher on it
+(handlers DevicePlugin and DRAPlugin) and a DRA manager speaking the DRA
+services of `kubelet_version`.
 """
 
 from __future__ import annotations
@@ -16,10 +20,15 @@ from harness.kubelet.devicemanager import (
     ContainerAllocation,
     DeviceManager,
 )
+from harness.kubelet.dramanager import DRAManager, PreparedClaim, PrepareError, UnprepareError
+from harness.kubelet.pluginwatcher import DEVICE_PLUGIN, DRA_PLUGIN, DevicePluginHandler, PluginWatcher
+from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import default as default_kubelet_version
 from harness.profiles import Profile
 from harness.timeline import Timeline
 
-__all__ = ["AdmissionError", "ContainerAllocation", "FakeNode", "Node"]
+__all__ = ["AdmissionError", "ContainerAllocation", "FakeNode", "Node", "PrepareError", "PreparedClaim",
+           "UnprepareError"]
 
 
 class Node(Protocol):
@@ -37,10 +46,21 @@ class Node(Protocol):
 class FakeNode:
     """fakelet's kubelet. Each start is a new kubelet instance sharing the sandbox."""
 
-    def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile) -> None:
+    def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile, *,
+                 registry_dir: Path | None = None, kubelet_version: KubeletVersion | None = None,
+                 translate: Callable[[str], str] | None = None, dra_health: bool | None = None,
+                 wipe_slices: Callable[[str], None] | None = None) -> None:
+        """`translate` maps a path a plugin names (its mount namespace's view) to the harness's;
+        `dra_health` forces the ResourceHealthStatus gate (None: the release's default);
+        `wipe_slices(driver)` deletes the node's ResourceSlices of a driver ("" = all) when upstream would."""
         self.plugin_dir, self.timeline, self.profile = Path(plugin_dir), timeline, profile
         self.state_dir = Path(state_dir)
+        self.registry_dir = Path(registry_dir) if registry_dir is not None else None
+        self.kubelet_version = kubelet_version or default_kubelet_version()
+        self.translate, self.dra_health, self.wipe_slices = translate, dra_health, wipe_slices
         self.manager: DeviceManager | None = None
+        self.dra: DRAManager | None = None
+        self.watcher: PluginWatcher | None = None
 
     @property
     def kubelet_socket(self) -> Path:
@@ -50,15 +70,38 @@ class FakeNode:
     def running(self) -> bool:
         return self.manager is not None
 
-    def start_kubelet(self, arm: Callable[[DeviceManager], object] | None = None) -> None:
-        """Start a kubelet instance; `arm` may set up its faults before it serves."""
-        if self.manager is None:
-            manager = DeviceManager(self.plugin_dir, self.state_dir, self.timeline, self.profile)
-            if arm is not None:
-                arm(manager)
-            self.manager = manager.start()
+    def start_kubelet(self, arm: Callable[[DeviceManager], object] | None = None, *,
+                      arm_dra: Callable[[DRAManager], object] | None = None,
+                      arm_watcher: Callable[[PluginWatcher], object] | None = None) -> None:
+        """Start a kubelet instance; `arm`, `arm_dra`, `arm_watcher` may set up faults before it serves."""
+        if self.manager is not None:
+            return
+        manager = DeviceManager(self.plugin_dir, self.state_dir, self.timeline, self.profile)
+        if arm is not None:
+            arm(manager)
+        self.manager = manager.start()
+        if self.registry_dir is None:
+            return
+        dra = DRAManager(self.state_dir, self.timeline, self.profile, self.kubelet_version, health=self.dra_health,
+                         wipe_slices=self.wipe_slices, translate=self.translate)
+        if arm_dra is not None:
+            arm_dra(dra)
+        self.dra = dra.start()
+        watcher = PluginWatcher(self.registry_dir, self.timeline, self.profile,
+                                {DEVICE_PLUGIN: DevicePluginHandler(manager), DRA_PLUGIN: dra})
+        if arm_watcher is not None:
+            arm_watcher(watcher)
+        # Last: its first scan registers the plugins already there, into managers that serve.
+        self.watcher = watcher.start()
 
     def stop_kubelet(self, remove_socket: bool = False) -> None:
+        # The watcher first, so no registration lands in a manager that is going away.
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None:
+            watcher.stop()
+        dra, self.dra = self.dra, None
+        if dra is not None:
+            dra.stop()
         manager, self.manager = self.manager, None
         if manager is not None:
             manager.stop()
@@ -66,11 +109,30 @@ class FakeNode:
             self.kubelet_socket.unlink(missing_ok=True)
             self.timeline.record("fault.kubelet_socket_removed", "harness")
 
-    def restart_kubelet(self, arm: Callable[[DeviceManager], object] | None = None) -> None:
-        """Stop, then start: the new instance deletes the sockets and recreates kubelet.sock."""
+    def restart_kubelet(self, arm: Callable[[DeviceManager], object] | None = None, *,
+                        arm_dra: Callable[[DRAManager], object] | None = None,
+                        arm_watcher: Callable[[PluginWatcher], object] | None = None) -> None:
+        """Stop, then start: the new instance deletes the sockets and recreates kubelet.sock;
+        its plugin watcher re-scans plugins_registry and its DRA manager reloads dra_manager_state."""
         self.timeline.record("fault.kubelet_restart", "harness")
         self.stop_kubelet()
-        self.start_kubelet(arm)
+        self.start_kubelet(arm, arm_dra=arm_dra, arm_watcher=arm_watcher)
+
+    def _require_dra(self) -> DRAManager:
+        if self.dra is None:
+            raise RuntimeError("the fake kubelet is not running with a plugins registry (no DRA manager)")
+        return self.dra
+
+    def prepare_pod(self, pod: dict, claims: list[dict]) -> dict[str, PreparedClaim]:
+        """PrepareResources for a pod's allocated, reserved claims (one pod sync; raises PrepareError)."""
+        return self._require_dra().prepare_pod(pod, claims)
+
+    def unprepare_pod(self, pod: dict | str) -> None:
+        self._require_dra().unprepare_pod(pod)
+
+    def claim_resources_status(self, pod: str) -> dict[str, list[dict]]:
+        """The DRA part of the pod's allocatedResourcesStatus, by "claim:<claim>/<request>"."""
+        return self._require_dra().allocated_resources_status(pod)
 
     def _require(self) -> DeviceManager:
         if self.manager is None:

@@ -8,6 +8,7 @@ works in anyone's CI.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -17,8 +18,10 @@ import grpc
 import pytest
 
 from harness.checks import NOT_APPLICABLE
+from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.draenv import DRAEnv
 from harness.env import DPEnv, SubjectUnavailable
-from harness.runconfig import RunConfig, fakelet_version
+from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig, fakelet_version
 from harness.subjects import ProfileError
 from reports.model import CheckResult, SubjectReport
 from reports.writers import write_all
@@ -37,6 +40,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fakelet-mount-namespace", action="store_true",
                     help="run --fakelet-plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
     group.addoption("--fakelet-binary", help="use this prebuilt binary for the subject's {bin}")
+    group.addoption("--fakelet-kind", default="device-plugin", choices=["device-plugin", "dra"],
+                    help="what --fakelet-plugin-cmd is: a device plugin or a DRA driver")
+    group.addoption("--fakelet-driver", help="DRA driver name of the --fakelet-plugin-cmd driver")
+    group.addoption("--fakelet-kubelet-version", default="default",
+                    help="kubelet version to imitate for DRA: 1.32 ... newest (default 1.36)")
+    group.addoption("--fakelet-control-plane", default="local",
+                    help="API server for DRA checks: local (kube-apiserver + etcd), kubeconfig:<path>, or none")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,10 +57,13 @@ def pytest_configure(config: pytest.Config) -> None:
             subject=opt.fakelet_subject, defect=opt.fakelet_defect, profile=opt.fakelet_profile,
             seed=opt.fakelet_seed, checks=opt.fakelet_check, out=opt.fakelet_out,
             plugin_cmd=opt.fakelet_plugin_cmd, resource=opt.fakelet_resource,
-            mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary)
+            mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary, kind=opt.fakelet_kind,
+            kubelet_version=opt.fakelet_kubelet_version, control_plane=opt.fakelet_control_plane)
     except (ProfileError, ValueError) as err:
-        explicit = any(getattr(opt, k) for k in vars(opt) if k.startswith("fakelet_") and k != "fakelet_profile")
-        if explicit or opt.fakelet_profile != "fast":
+        defaults = {"fakelet_profile": "fast", "fakelet_kind": "device-plugin", "fakelet_kubelet_version": "default",
+                    "fakelet_control_plane": "local", "fakelet_check": []}
+        explicit = any(v and v != defaults.get(k) for k, v in vars(opt).items() if k.startswith("fakelet_"))
+        if explicit:
             raise pytest.UsageError(f"fakelet: {err}") from None
         # Plain pytest runs load this plugin too: complain only if checks get collected.
         config.pluginmanager.register(Collector(None, str(err)), "fakelet-collector")
@@ -68,6 +81,7 @@ class Collector:
     def __init__(self, run: RunConfig | None, error: str = "") -> None:
         self._run, self._error = run, error
         self.results: dict[str, CheckResult] = {}
+        self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -94,6 +108,44 @@ class Collector:
         try:
             yield env
         finally:
+            env.close()
+
+    @pytest.fixture(scope="session")
+    def fakelet_control_plane(self) -> Iterator[tuple[ControlPlane | None, str]]:
+        """One API server for the session (each xdist worker): checks isolate by node name and namespace."""
+        spec = self.run.control_plane
+        if spec == "local":
+            spec = os.environ.get(SHARED_CONTROL_PLANE_ENV, spec)
+        if spec.startswith(UNAVAILABLE):
+            yield None, spec.removeprefix(UNAVAILABLE)
+            return
+        try:
+            plane = open_control_plane(spec).start()
+        except ControlPlaneUnavailable as err:
+            yield None, str(err)
+            return
+        try:
+            yield plane, ""
+        finally:
+            plane.stop()
+
+    @pytest.fixture
+    def dra_env(self, request: pytest.FixtureRequest,
+                fakelet_control_plane: tuple[ControlPlane | None, str]) -> Iterator[DRAEnv]:
+        mark = _marker(request.node)
+        check_id = mark.kwargs["id"] if mark else request.node.name
+        artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
+        plane, why = fakelet_control_plane
+        try:
+            binary = self.run.resolve_binary()
+            env = DRAEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
+                         kubelet_version=self.run.kubelet_version, control_plane=plane, control_plane_error=why)
+        except SubjectUnavailable as err:
+            pytest.skip(str(err))
+        try:
+            yield env
+        finally:
+            request.node.user_properties.append(("fakelet_negotiated", env.negotiated()))
             env.close()
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -125,6 +177,10 @@ class Collector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Where reports are gathered (this process or the xdist controller): merge the phases."""
+        for key, value in report.user_properties:
+            if key == "fakelet_negotiated":
+                for api, version in value.items():
+                    self.negotiated.setdefault(api, set()).add(version)
         phase = next((v for k, v in report.user_properties if k == "fakelet"), None)
         if phase is None:
             return
@@ -155,7 +211,9 @@ class Collector:
         text = str(exc) if exc is not None else str(report.longrepr)
         if report.when == "call" and isinstance(exc, (AssertionError, grpc.RpcError)):
             if isinstance(exc, grpc.RpcError):
-                text = f"the plugin failed a call: {exc}"
+                code = exc.code().name if hasattr(exc, "code") else "?"
+                details = exc.details() if hasattr(exc, "details") else str(exc)
+                text = f"expected the plugin to answer the call; it failed with {code}: {details}"
             return "fail", text, True
         return "error", f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}", True
 
@@ -164,9 +222,20 @@ class Collector:
         return SubjectReport(
             subject=self.run.spec.name, defect=self.run.defect, profile=self.run.profile.name,
             seed=self.run.seed, kind=self.run.spec.kind, fakelet_version=fakelet_version(),
-            api_versions={"deviceplugin": "v1beta1"}, timings=self.run.profile.describe(),
+            api_versions=self.api_versions(), timings=self.run.profile.describe(),
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])))
+
+    def api_versions(self) -> dict[str, str]:
+        if not self.run.spec.is_dra:
+            return {"deviceplugin": "v1beta1"}
+        versions = {"kubelet": self.run.kubelet_version.name, "pluginregistration": "v1"}
+        for api in ("dra", "dra-health"):
+            seen = sorted(self.negotiated.get(api, set()))
+            if len(seen) > 1:  # checks that ended before the first health message saw none yet
+                seen = [v for v in seen if v != "none"]
+            versions[api] = ", ".join(seen) if seen else "none negotiated"
+        return versions
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(session.config, "workerinput"):

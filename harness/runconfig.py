@@ -12,12 +12,29 @@ from pathlib import Path
 
 from harness import gobuild
 from harness.env import SubjectUnavailable
+from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import get as get_kubelet_version
 from harness.profiles import Profile
 from harness.profiles import get as get_profile
 from harness.sandbox import check_base
 from harness.subjects import ProfileError, SubjectSpec, from_command, load_subject, repo_root
 
 DEFAULT_SUBJECT = "reference-dp"
+CONTROL_PLANES = ("local", "kubeconfig:<path>", "none")
+UNAVAILABLE = "unavailable:"  # a control plane the CLI failed to start; the rest is the reason
+# Set by `fakelet run` for its check processes: the one API server it started for "local".
+SHARED_CONTROL_PLANE_ENV = "FAKELET_SHARED_CONTROL_PLANE"
+
+
+def check_control_plane(spec: str) -> str:
+    if spec in ("local", "none") or spec.startswith(UNAVAILABLE):
+        return spec
+    if spec.startswith("kubeconfig:"):
+        path = Path(spec.removeprefix("kubeconfig:"))
+        if not path.is_file():
+            raise ProfileError(f"--control-plane {spec}: no such kubeconfig file {path}")
+        return f"kubeconfig:{path.resolve()}"
+    raise ProfileError(f"--control-plane {spec!r}: choose one of {', '.join(CONTROL_PLANES)}")
 
 
 def fakelet_version() -> str:
@@ -36,18 +53,24 @@ class RunConfig:
     checks: list[str] = field(default_factory=list)
     out: Path | None = None
     binary: str | None = None
+    kubelet_version: KubeletVersion = field(default_factory=lambda: get_kubelet_version("default"))
+    control_plane: str = "local"
     _binary_error: str | None = None
 
     @classmethod
     def build(cls, subject: str | None, defect: str | None, profile: str, seed: int,
               checks: list[str] | None = None, out: str | None = None, plugin_cmd: str | None = None,
-              resource: str | None = None, mount_namespace: bool = False, binary: str | None = None) -> RunConfig:
+              resource: str | None = None, mount_namespace: bool = False, binary: str | None = None,
+              kind: str = "device-plugin", kubelet_version: str = "default",
+              control_plane: str = "local") -> RunConfig:
         if plugin_cmd and subject:
             raise ProfileError("give either --subject or --plugin-cmd, not both")
         if plugin_cmd:
             if not resource:
-                raise ProfileError("--plugin-cmd needs --resource (the resource name the plugin registers)")
-            spec = from_command(plugin_cmd, resource, mount_namespace)
+                what = "--driver (the DRA driver name)" if kind == "dra" else \
+                    "--resource (the resource name the plugin registers)"
+                raise ProfileError(f"--plugin-cmd needs {what}")
+            spec = from_command(plugin_cmd, resource, mount_namespace, kind)
         else:
             spec = load_subject(subject or DEFAULT_SUBJECT)
         if defect is not None and defect not in spec.defects:
@@ -57,7 +80,8 @@ class RunConfig:
         if binary is not None and not Path(binary).is_file():
             raise ProfileError(f"--binary {binary}: no such file")
         return cls(spec=spec, profile=get_profile(profile), defect=defect, seed=seed, checks=list(checks or []),
-                   out=Path(out) if out else None, binary=binary)
+                   out=Path(out) if out else None, binary=binary, kubelet_version=get_kubelet_version(kubelet_version),
+                   control_plane=check_control_plane(control_plane))
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
@@ -78,11 +102,17 @@ class RunConfig:
     def repro(self, check_id: str) -> str:
         parts = ["fakelet", "run"]
         if self.spec.source == "--plugin-cmd":
-            parts += ["--plugin-cmd", " ".join(self.spec.command), "--resource", self.spec.resource]
+            parts += ["--plugin-cmd", " ".join(self.spec.command)]
+            parts += ["--kind", "dra", "--driver", self.spec.resource] if self.spec.is_dra else \
+                ["--resource", self.spec.resource]
             if self.spec.launcher == "mount-namespace":
                 parts.append("--mount-namespace")
         else:
             parts += ["--subject", self.spec.name]
+        if self.spec.is_dra:
+            parts += ["--kubelet-version", self.kubelet_version.name]
+            if self.control_plane != "local":
+                parts += ["--control-plane", self.control_plane]
         if self.defect:
             parts += ["--defect", self.defect]
         parts += ["--profile", self.profile.name, "--seed", str(self.seed), "--check", check_id]

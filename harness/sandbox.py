@@ -14,6 +14,13 @@ from pathlib import Path
 
 SANDBOX_PREFIX = "fakelet-"
 PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginPath
+REGISTRY_DIR_NAME = "plugins_registry"  # kubelet config.DefaultKubeletPluginsRegistrationDirName
+PLUGINS_DIR_NAME = "plugins"  # kubelet config.DefaultKubeletPluginsDirName
+CDI_DIR_NAME = "cdi"  # stands in for /var/run/cdi, where drivers write CDI specs
+# kubelet.go setupDataDirs: utilfs.MkdirAll(getPluginsRegistrationDir(), 0750) and the same for
+# getPluginsDir(); pluginwatcher's own MkdirAll(0755) then finds it already there.
+KUBELET_PLUGIN_DIRS_MODE = 0o750
+CDI_DIR_MODE = 0o755  # container-device-interface v1.1.0 pkg/cdi spec.go write(): os.MkdirAll(dir, 0o755)
 SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
 
@@ -37,6 +44,11 @@ class Sandbox:
         for sub in ("kubelet", "dev", "logs", "run"):
             (self.path / sub).mkdir()
         self.plugin_dir.mkdir(mode=0o750)
+        for d in (self.registry_dir, self.plugins_dir):
+            d.mkdir(mode=KUBELET_PLUGIN_DIRS_MODE)
+            os.chmod(d, KUBELET_PLUGIN_DIRS_MODE)  # mkdir's mode is filtered by the umask
+        self.cdi_dir.mkdir(mode=CDI_DIR_MODE)
+        os.chmod(self.cdi_dir, CDI_DIR_MODE)
 
     @property
     def plugin_dir(self) -> Path:
@@ -50,6 +62,20 @@ class Sandbox:
     @property
     def kubelet_socket(self) -> Path:
         return self.plugin_dir / "kubelet.sock"
+
+    @property
+    def registry_dir(self) -> Path:
+        """Where drivers put their registration sockets (mirrors /var/lib/kubelet/plugins_registry)."""
+        return self.path / "kubelet" / REGISTRY_DIR_NAME
+
+    @property
+    def plugins_dir(self) -> Path:
+        """Where drivers put their service sockets, under plugins/<driver>/ (/var/lib/kubelet/plugins)."""
+        return self.path / "kubelet" / PLUGINS_DIR_NAME
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.path / CDI_DIR_NAME
 
     @property
     def dev_dir(self) -> Path:

@@ -12,15 +12,24 @@ from pathlib import Path
 from typing import TextIO
 
 from fake_devices.control import ControlServer
+from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.draenv import DRAEnv
 from harness.env import DPEnv
 from harness.runconfig import RunConfig
 from harness.timeline import Event, describe
 
 SHOWN = ("kubelet.", "device.", "fault.", "process.")  # event kinds worth a line on the console
+DRA_SHOWN = ("dra.registered", "dra.rejected", "dra.deregistered", "dra.health_stream", "dra.health_unknown")
 
 
 def show(event: Event, origin_ns: int) -> str | None:
-    if event.kind.startswith(SHOWN) or (event.kind == "grpc.stream_msg" and event.source == "kubelet"):
+    if event.kind == "dra.health":
+        return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s NodeWatchResources " + ", ".join(
+            f"{d.get('device')}={d.get('health')}" for d in event.get("devices") or [])
+    if event.kind == "api.slices":
+        return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s ResourceSlices: {', '.join(event.get('devices'))}"
+    listed = event.kind == "grpc.stream_msg" and event.source == "kubelet"
+    if event.kind.startswith(SHOWN) or event.kind in DRA_SHOWN or listed:
         if event.kind == "grpc.stream_msg":
             devices = event.get("message", {}).get("devices", [])
             return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s ListAndWatch " + ", ".join(
@@ -35,10 +44,27 @@ class Session:
         self.stop = threading.Event()
         self.env: DPEnv | None = None
         self.control: ControlServer | None = None
+        self.plane: ControlPlane | None = None
+
+    def _make_env(self) -> DPEnv:
+        run = self.run
+        if not run.spec.is_dra:
+            return DPEnv(run.spec, run.profile, run.defect, run.seed, run.resolve_binary(), artifacts=run.out)
+        why = ""
+        try:
+            self.plane = open_control_plane(run.control_plane).start()
+        except ControlPlaneUnavailable as err:
+            why = str(err)
+            print(f"no API server ({why}): the driver runs without one", file=self.out, flush=True)
+        return DRAEnv(run.spec, run.profile, run.defect, run.seed, run.resolve_binary(), artifacts=run.out,
+                      kubelet_version=run.kubelet_version, control_plane=self.plane, control_plane_error=why)
 
     def start(self) -> Session:
-        self.env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, self.run.resolve_binary(),
-                         artifacts=self.run.out)
+        try:
+            self.env = self._make_env()
+        except BaseException:
+            self.close()
+            raise
         try:
             if self.env.devices is not None:
                 self.control = ControlServer(self.env.devices, self.env.sandbox.path / "control.sock").start()
@@ -74,3 +100,6 @@ class Session:
             self.control.stop()
         if self.env is not None:
             self.env.close()
+        if self.plane is not None:
+            self.plane.stop()
+            self.plane = None

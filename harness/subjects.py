@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 LAUNCHERS = ("process", "mount-namespace")
-KINDS = ("device-plugin",)
+KINDS = ("device-plugin", "dra")
 OBSERVABLES = ("health", "temperature", "hotplug")
 
 
@@ -76,6 +76,15 @@ class SubjectSpec:
     thermal: tuple[float, float] = (85.0, 5.0)  # threshold and hysteresis, degrees C
     source: str = "<flags>"
     reference: bool = False
+    driver: str | None = None  # a DRA subject's driver name (its `resource` is the same)
+    needs_api: bool = False  # a DRA driver that cannot start without an API server
+    # Python distributions the subject imports: {"distribution": "name==x", "import": "module"}
+    requires_python: dict[str, str] | None = None
+    notes: str = ""
+
+    @property
+    def is_dra(self) -> bool:
+        return self.kind == "dra"
 
     def expected_devices(self, inventory: list[dict[str, Any]] | None) -> tuple[list[str] | None, int | None]:
         if self.expected_ids is not None:
@@ -114,7 +123,7 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
     if backend is not None and (not isinstance(backend, dict) or "inventory" not in backend):
         raise ProfileError(f"{where}: 'backend' must be a mapping with an 'inventory'")
     backend = backend or {}
-    observes = [str(o) for o in backend.get("observes") or []]
+    observes = [str(o) for o in backend.get("observes") or doc.get("observes") or []]
     unknown = sorted(set(observes) - set(OBSERVABLES))
     if unknown:
         raise ProfileError(f"{where}: backend.observes has unknown {unknown}; known: {list(OBSERVABLES)}")
@@ -129,9 +138,14 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
         if not isinstance(d, dict) or not isinstance(d.get("kills"), list):
             raise ProfileError(f"{where}: defect {name!r} needs a 'kills' list of check IDs")
         defects[name] = Defect(name, str(d.get("description", "")), [str(k) for k in d["kills"]])
+    if kind == "dra":
+        driver = _require(doc, "driver", str, where)
+        resource = driver
+    else:
+        driver, resource = None, _require(doc, "resource", str, where)
     return SubjectSpec(
-        name=_require(doc, "name", str, where), kind=kind, command=command,
-        resource=_require(doc, "resource", str, where), launcher=launcher,
+        name=_require(doc, "name", str, where), kind=kind, command=command, driver=driver,
+        resource=resource, launcher=launcher,
         description=str(doc.get("description", "")),
         env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
         socket=doc.get("socket"), inventory=doc.get("inventory"),
@@ -143,7 +157,18 @@ def parse_profile(doc: Any, where: str) -> SubjectSpec:
         observes=observes,
         thermal=(float(thermal.get("threshold_c", 85.0)), float(thermal.get("hysteresis_c", 5.0))),
         reference=bool(doc.get("reference", False)),
+        needs_api=bool(doc.get("needs_api", False)), requires_python=_python_requirement(doc, where),
+        notes=str(doc.get("notes", "")),
     )
+
+
+def _python_requirement(doc: dict[str, Any], where: str) -> dict[str, str] | None:
+    python = (doc.get("requires") or {}).get("python")
+    if python is None:
+        return None
+    if not isinstance(python, dict) or not {"distribution", "import"} <= set(python):
+        raise ProfileError(f"{where}: requires.python must be a mapping with 'distribution' and 'import'")
+    return {"distribution": str(python["distribution"]), "import": str(python["import"])}
 
 
 def profile_paths() -> dict[str, Path]:
@@ -166,8 +191,11 @@ def all_subjects() -> list[SubjectSpec]:
     return [load_subject(name) for name in profile_paths()]
 
 
-def from_command(cmd: str, resource: str, mount_namespace: bool) -> SubjectSpec:
-    """A subject given on the command line (`fakelet run --plugin-cmd ...`)."""
+def from_command(cmd: str, resource: str, mount_namespace: bool, kind: str = "device-plugin") -> SubjectSpec:
+    """A subject given on the command line (`fakelet run --plugin-cmd ...`).
+
+    For `kind` dra, `resource` is the driver name.
+    """
     try:
         argv = shlex.split(cmd)
     except ValueError as err:
@@ -176,7 +204,8 @@ def from_command(cmd: str, resource: str, mount_namespace: bool) -> SubjectSpec:
         raise ProfileError("--plugin-cmd is empty")
     if shutil.which(argv[0]) is None:
         raise ProfileError(f"--plugin-cmd: {argv[0]!r} is not an executable file or a command on PATH")
-    return SubjectSpec(name="plugin-cmd", kind="device-plugin", command=argv, resource=resource,
+    return SubjectSpec(name="plugin-cmd", kind=kind, command=argv, resource=resource,
+                       driver=resource if kind == "dra" else None,
                        launcher="mount-namespace" if mount_namespace else "process", source="--plugin-cmd")
 
 

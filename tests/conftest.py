@@ -18,3 +18,26 @@ def tmp() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_kubeconfig() -> Iterator[Path]:
+    """One local kube-apiserver + etcd for this test process; users isolate by node name and namespace.
+
+    A start that fails although every binary is there fails the test: only a
+    missing component (named in the reason) makes it skip.
+    """
+    from harness.controlplane import ControlPlaneUnavailable
+    from harness.controlplane.local import ControlPlaneStartError, LocalControlPlane
+
+    plane = LocalControlPlane()
+    try:
+        plane.start()
+    except ControlPlaneStartError:
+        raise
+    except ControlPlaneUnavailable as err:
+        pytest.skip(str(err))
+    try:
+        yield plane.kubeconfig
+    finally:
+        plane.stop()

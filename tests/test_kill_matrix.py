@@ -1,7 +1,9 @@
-"""The kill matrix: the reference plugin passes every check, and each mutant
-fails exactly the checks its profile says it must (fixtures/subjects/reference-dp.yaml).
+"""The kill matrix: each reference subject passes every check, and each mutant
+fails exactly the checks its profile says it must (fixtures/subjects/reference-dp.yaml,
+fixtures/subjects/reference-dra.yaml).
 
-Each case is a full `fakelet run` in a subprocess, the way users run it.
+Each case is a full `fakelet run` in a subprocess, the way users run it. The
+DRA runs share one local API server per test process.
 """
 
 from __future__ import annotations
@@ -14,14 +16,18 @@ from pathlib import Path
 import pytest
 
 from harness.reference.defects import DP_DEFECTS
-from harness.subjects import load_subject
+from harness.reference.dra_defects import DRA_DEFECTS
+from harness.subjects import SubjectSpec, load_subject
 
 SPEC = load_subject("reference-dp")
+DRA_SPEC = load_subject("reference-dra")
+SPECS = {"reference-dp": SPEC, "reference-dra": DRA_SPEC}
+CASES = [(name, None) for name in SPECS] + [(name, d) for name, spec in SPECS.items() for d in sorted(spec.defects)]
 RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 
 
-def fakelet_run(out: Path, *args: str) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "reference-dp",
+def fakelet_run(out: Path, *args: str, subject: str = "reference-dp") -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", subject,
                            "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     report_file = out / "report.json"
     assert report_file.exists(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
@@ -38,28 +44,39 @@ def explain(report: dict, ids: set[str]) -> str:
 
 def test_profile_documents_every_defect() -> None:
     assert set(SPEC.defects) == set(DP_DEFECTS)
+    assert set(DRA_SPEC.defects) == set(DRA_DEFECTS)
+
+
+def run_args(spec: SubjectSpec, request: pytest.FixtureRequest) -> list[str]:
+    if not spec.is_dra:
+        return []
+    return ["--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
 
 
 @pytest.mark.slow
-def test_reference_passes_everything(tmp_path: Path) -> None:
-    code, report = fakelet_run(tmp_path)
+@pytest.mark.parametrize("subject", sorted(SPECS))
+def test_reference_passes_everything(subject: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    spec = SPECS[subject]
+    code, report = fakelet_run(tmp_path, *run_args(spec, request), subject=subject)
     bad = set(verdicts(report, "fail") + verdicts(report, "error"))
     assert not bad, explain(report, bad)
-    assert verdicts(report, "skip") == []
+    assert verdicts(report, "skip") == [], explain(report, set(verdicts(report, "skip")))
     assert report["summary"]["conformant"] is True
     assert code == 0
     # Every check that ships is killed by at least one mutant.
-    killed = {k for d in SPEC.defects.values() for k in d.kills}
+    killed = {k for d in spec.defects.values() for k in d.kills}
     assert {c["id"] for c in report["checks"]} <= killed
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("defect", sorted(SPEC.defects))
-def test_mutant_fails_exactly_its_checks(defect: str, tmp_path: Path) -> None:
-    code, report = fakelet_run(tmp_path, "--defect", defect)
+@pytest.mark.parametrize(("subject", "defect"), [(s, d) for s, d in CASES if d is not None])
+def test_mutant_fails_exactly_its_checks(subject: str, defect: str, tmp_path: Path,
+                                         request: pytest.FixtureRequest) -> None:
+    spec = SPECS[subject]
+    code, report = fakelet_run(tmp_path, "--defect", defect, *run_args(spec, request), subject=subject)
     errors = set(verdicts(report, "error"))
     assert not errors, explain(report, errors)
-    expected = set(SPEC.defects[defect].kills)
+    expected = set(spec.defects[defect].kills)
     failed = set(verdicts(report, "fail"))
     assert failed == expected, explain(report, failed ^ expected)
     for c in report["checks"]:

@@ -259,3 +259,20 @@ def test_registry_dir_is_created(tmp: Path, timeline: Timeline) -> None:
             sock.close()
     finally:
         w.stop()
+
+
+def test_getinfo_delay_knob_holds_the_kubelet(registry: Path, timeline: Timeline, manager: DeviceManager,
+                                              make_plugin: Callable[..., Plugin]) -> None:
+    """A slow kubelet: GetInfo comes late, but its own 1 s timeout starts only with the call."""
+    w = PluginWatcher(registry, timeline, PROFILE, {DEVICE_PLUGIN: DevicePluginHandler(manager)})
+    w.getinfo_delay_s = SLOW_GETINFO_S
+    w.start()
+    try:
+        path = registry / "late.sock"
+        make_plugin(path)
+        delay = timeline.wait_for(of("fault.getinfo_delay", socket=str(path)), WAIT_S, "the injected delay")
+        getinfo = timeline.wait_for(of("plugin.getinfo", socket=str(path)), WAIT_S, "GetInfo at the plugin")
+        assert (getinfo.t_ns - delay.t_ns) / 1e9 >= SLOW_GETINFO_S
+        assert notified(timeline, path).get("registered") is True
+    finally:
+        w.stop()

@@ -113,7 +113,7 @@ def _ours(key):
     return OURS[key]
 
 
-@pytest.mark.parametrize("key", [*OURS, "dra-health/v1alpha1"])
+@pytest.mark.parametrize("key", [*OURS, "dra-health/v1alpha1", "dra-health/v1"])
 def test_schema_matches_upstream(upstream, key):
     assert key in upstream, sorted(upstream)
     assert describe(_ours(key)) == upstream[key]
@@ -136,6 +136,15 @@ def test_dra_rpc_paths():
         ]
     assert wire.dp.Device.DESCRIPTOR.full_name == "v1beta1.Device"
     assert wire.dra_v1beta1.Device.DESCRIPTOR.full_name == "k8s.io.kubelet.pkg.apis.dra.v1beta1.Device"
+
+
+def test_health_rpc_paths():
+    """The service names a plugin advertises in GetInfo are the health services' full names."""
+    for version, module in (("v1alpha1", wire.drahealth_v1alpha1), ("v1", wire.drahealth_v1)):
+        service = module.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+        assert service.full_name == f"{version}.DRAResourceHealth"
+        assert [(f"/{service.full_name}/{m.name}", m.server_streaming) for m in service.methods] == [
+            (f"/{version}.DRAResourceHealth/NodeWatchResources", True)]
 
 
 # ---------------------------------------------------------------------------

@@ -336,8 +336,8 @@ _COMPILE_ERROR = "go build . in /x/wirecompat failed:\n./main.go:12:2: undefined
 _REFUSED = ('go build . in /x/wirecompat failed:\nmain.go:37:2: google.golang.org/grpc@v1.79.3: Get '
             '"https://127.0.0.1:1/google.golang.org/grpc/@v/v1.79.3.zip": dial tcp 127.0.0.1:1: connect: '
             "connection refused\n")
-_NO_HOST = ('go: downloading k8s.io/kubelet v0.36.6\nmain.go:44:2: k8s.io/kubelet@v0.36.6: Get '
-            '"https://proxy.golang.org/k8s.io/kubelet/@v/v0.36.6.zip": dial tcp: lookup proxy.golang.org on '
+_NO_HOST = ('go: downloading k8s.io/kubelet v0.37.2\nmain.go:44:2: k8s.io/kubelet@v0.37.2: Get '
+            '"https://proxy.golang.org/k8s.io/kubelet/@v/v0.37.2.zip": dial tcp: lookup proxy.golang.org on '
             "10.0.0.53:53: no such host\n")
 _NOT_FOUND = ('go: k8s.io/kubelet@v0.99.0: reading https://proxy.golang.org/k8s.io/kubelet/@v/v0.99.0.info: '
               "404 Not Found\n")

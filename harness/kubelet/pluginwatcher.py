@@ -57,7 +57,7 @@ class Handler(Protocol):
 
     def register(self, name: str, endpoint: str, versions: list[str]) -> str | None: ...
 
-    def deregister(self, name: str) -> None: ...
+    def deregister(self, name: str, endpoint: str) -> None: ...
 
 
 def go_list(values: list[str]) -> str:
@@ -84,8 +84,8 @@ class DevicePluginHandler:
         # handler.go RegisterPlugin -> connectClient(name, endpoint): the endpoint as given.
         return self.manager.connect_plugin(name, endpoint)
 
-    def deregister(self, name: str) -> None:
-        # handler.go DeRegisterPlugin -> disconnectClient
+    def deregister(self, name: str, endpoint: str = "") -> None:
+        # handler.go DeRegisterPlugin(pluginName, endpoint) -> disconnectClient(pluginName): by name only.
         self.manager.disconnect_plugin(name)
 
 
@@ -119,6 +119,8 @@ class PluginWatcher:
         self._wake_r = self._wake_w = -1
         self._threads: list[threading.Thread] = []
         self._started = False
+        # Fault: the kubelet holds each GetInfo call this long after dialing (a slow kubelet).
+        self.getinfo_delay_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -295,6 +297,10 @@ class PluginWatcher:
             raw.close()
 
     def _register_with(self, client: reg_grpc.RegistrationStub, path: str, timestamp: float) -> None:
+        if self.getinfo_delay_s > 0:
+            self.timeline.record("fault.getinfo_delay", "pluginwatcher", socket=path, delay_s=self.getinfo_delay_s)
+            if self._stop.wait(self.getinfo_delay_s):  # an injected delay, cut short by stop()
+                return
         try:
             info = client.GetInfo(reg.InfoRequest(), timeout=GETINFO_TIMEOUT_S)
         except grpc.RpcError as err:
@@ -324,16 +330,19 @@ class PluginWatcher:
             self._actual[path] = plugin
         error = handler.register(info.name, endpoint, versions)
         if error is not None:
-            # Upstream returns notifyPlugin's result: once the plugin is told, the
-            # operation counts as done and the plugin stays in the actual state.
+            # Upstream removes the plugin from the actual state and returns notifyPlugin's
+            # result, which is the error itself even when the plugin was told: the operation
+            # failed, so the reconciler retries it after the exponential backoff.
+            with self._lock:
+                if self._actual.get(path) is plugin:
+                    del self._actual[path]
             message = f"RegisterPlugin error -- plugin registration failed with err: {error}"
             notify_error = self._notify(client, False, message)
-            self.timeline.record("pluginwatcher.rejected", "pluginwatcher", socket=path, error=message,
-                                 notified=message if notify_error is None else None)
+            self._failed(path, notify_error or message, message if notify_error is None else None)
             return
         notify_error = self._notify(client, True, "")
         if notify_error is not None:
-            handler.deregister(info.name)
+            handler.deregister(info.name, endpoint)
             with self._lock:
                 if self._actual.get(path) is plugin:
                     del self._actual[path]
@@ -366,7 +375,7 @@ class PluginWatcher:
 
     def _unregister(self, path: str, plugin: _Registered) -> None:
         """operation_generator.go GenerateUnregisterPluginFunc."""
-        plugin.handler.deregister(plugin.name)
+        plugin.handler.deregister(plugin.name, plugin.endpoint)
         with self._lock:
             if self._actual.get(path) is plugin:
                 del self._actual[path]

@@ -10,6 +10,8 @@ from harness.wire.dra.v1 import api_pb2 as dra_v1
 from harness.wire.dra.v1 import api_pb2_grpc as dra_v1_grpc
 from harness.wire.dra.v1beta1 import api_pb2 as dra_v1beta1
 from harness.wire.dra.v1beta1 import api_pb2_grpc as dra_v1beta1_grpc
+from harness.wire.drahealth.v1 import api_pb2 as drahealth_v1
+from harness.wire.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from harness.wire.drahealth.v1alpha1 import api_pb2 as drahealth_v1alpha1
 from harness.wire.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
 from harness.wire.pluginregistration.v1 import api_pb2 as reg
@@ -22,6 +24,8 @@ __all__ = [
     "dra_v1_grpc",
     "dra_v1beta1",
     "dra_v1beta1_grpc",
+    "drahealth_v1",
+    "drahealth_v1_grpc",
     "drahealth_v1alpha1",
     "drahealth_v1alpha1_grpc",
     "reg",

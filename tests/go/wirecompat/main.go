@@ -7,6 +7,8 @@
 //	wirecompat kubelet --plugin-dir DIR [--timeout 20s]
 //	wirecompat descriptors
 //	wirecompat dracall --socket PATH --version v1|v1beta1 [--timeout 10s]
+//	wirecompat draplugin --registry-dir DIR --socket PATH [flags, see draplugin.go]
+//	wirecompat healthwatch --socket PATH --version v1|v1alpha1 [--count 1] [--timeout 10s]
 //
 // plugin: a device plugin serving DIR/ENDPOINT that registers with whatever
 // serves DIR/kubelet.sock and prints one JSON line per event on stdout.
@@ -28,6 +30,15 @@
 // NodePrepareResources and NodeUnprepareResources with one claim on the
 // DRAPlugin service at PATH and prints the decoded responses as one JSON
 // object.
+//
+// draplugin: a DRA kubelet plugin built only on upstream's generated
+// pluginregistration, DRA and DRA health packages; it serves a registration
+// socket in DIR and the DRA services on PATH, answers with fixed, derivable
+// results and prints one JSON line per received call (draplugin.go).
+//
+// healthwatch: the kubelet's side of DRAResourceHealth; it opens
+// NodeWatchResources on PATH, reads up to --count messages and prints them as
+// one JSON object (draplugin.go).
 package main
 
 import (
@@ -57,6 +68,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	v1beta1 "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
@@ -72,6 +84,9 @@ const usage = `usage:
   wirecompat kubelet --plugin-dir DIR [--timeout 20s]
   wirecompat descriptors
   wirecompat dracall --socket PATH --version v1|v1beta1 [--timeout 10s]
+  wirecompat draplugin --registry-dir DIR --socket PATH [--driver NAME] [--reg-socket NAME] [--endpoint PATH]
+                       [--versions LIST] [--health LIST] [--health-interval 0s] [--health-time UNIX]
+  wirecompat healthwatch --socket PATH --version v1|v1alpha1 [--count 1] [--timeout 10s]
 `
 
 func main() {
@@ -89,6 +104,10 @@ func main() {
 		code = descriptorsMain(os.Args[2:])
 	case "dracall":
 		code = dracallMain(os.Args[2:])
+	case "draplugin":
+		code = draPluginMain(os.Args[2:])
+	case "healthwatch":
+		code = healthwatchMain(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:
@@ -292,6 +311,7 @@ func (p *devicePlugin) PreStartContainer(_ context.Context, req *v1beta1.PreStar
 // event is one JSON line of plugin mode's stdout.
 type event struct {
 	Event   string          `json:"event"`
+	Service string          `json:"service,omitempty"` // draplugin: the advertised service name, e.g. "v1.DRAPlugin"
 	Method  string          `json:"method,omitempty"`
 	Request json.RawMessage `json:"request,omitempty"`
 	Error   string          `json:"error,omitempty"`
@@ -679,6 +699,7 @@ var upstreamFiles = []struct {
 	{"dra/v1beta1", drav1beta1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1beta1_api_proto},
 	{"dra/v1", drav1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
 	{"dra-health/v1alpha1", drahealthv1alpha1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1alpha1_api_proto},
+	{"dra-health/v1", drahealthv1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1_api_proto},
 }
 
 // The JSON shapes below mirror descriptor.proto's names; enum-typed values

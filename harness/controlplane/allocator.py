@@ -1,0 +1,237 @@
+"""The Allocator plays kube-scheduler's DRA part: it allocates ResourceClaims from ResourceSlices.
+
+It follows the structured-parameters allocator's rules that a conformance
+check can observe (k8s.io/dynamic-resource-allocation structured/): devices
+come only from complete pools (the newest generation, all resourceSliceCount
+slices present), a device allocated to another claim is not handed out again,
+and a device with a NoSchedule or NoExecute taint is skipped unless the request
+tolerates it. Device classes are matched by driver only: the harness creates
+its classes with the one selector `device.driver == "<driver>"`, and evaluating
+arbitrary CEL is out of scope.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from harness.controlplane.base import RESOURCE_API
+from harness.controlplane.client import ApiError, KubeClient
+from harness.timeline import Timeline
+
+REQUEST_NAME = "req-0"  # the one request create_claim makes (harness/DRA-CONTRACTS.md)
+# k8s.io/api resource/v1 types.go DeviceAllocationMode values
+ALLOCATION_EXACT_COUNT = "ExactCount"
+ALLOCATION_ALL = "All"
+# k8s.io/api resource/v1 types.go DeviceTaintEffect values that keep a device from being allocated
+BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+# k8s.io/api resource/v1beta2: DeviceTaintRule (feature gate DRADeviceTaintRules) taints devices cluster-wide
+DEVICE_TAINT_RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+NODE_NAME_FIELD = "metadata.name"  # what the scheduler's nodeSelector matchFields name a node by
+CONFLICT_RETRIES = 3  # status writes race other writers of the same claim; re-read and try again
+
+
+class AllocationError(RuntimeError):
+    """The claim cannot be allocated; str(err) is a one-line reason."""
+
+
+def _meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    # k8s.io/dynamic-resource-allocation resourceclaim/devicetoleration.go ToleratesTaint
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return operator == "Exists"
+
+
+def _blocking_taint(taints: list[dict], tolerations: list[dict]) -> dict | None:
+    """The first taint that keeps the device out (unknown effects and None are ignored, as upstream)."""
+    for taint in taints:
+        if taint.get("effect") in BLOCKING_TAINT_EFFECTS and not any(_tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+class Allocator:
+    def __init__(self, client: KubeClient, timeline: Timeline | None = None) -> None:
+        self.client, self.timeline = client, timeline
+
+    # -- objects the checks need around a claim ----------------------------------------------
+
+    def _ensure(self, collection: str, body: dict) -> dict:
+        try:
+            return self.client.create(collection, body)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+        return self.client.get(f"{collection}/{_meta(body)['name']}")
+
+    def ensure_namespace(self, name: str) -> None:
+        self._ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def ensure_node(self, name: str) -> dict:
+        # Only the object: there is no kubelet behind it, so it never turns Ready.
+        return self._ensure("/api/v1/nodes", {
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        })
+
+    def ensure_device_class(self, name: str, driver: str) -> dict:
+        path = f"{RESOURCE_API}/deviceclasses"
+        spec = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+        current = self._ensure(path, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                      "metadata": {"name": name}, "spec": spec})
+        if current.get("spec", {}).get("selectors") != spec["selectors"]:
+            current["spec"] = spec
+            current = self.client.replace(f"{path}/{name}", current)
+        return current
+
+    def slices(self, driver: str, node: str) -> list[dict]:
+        return self.client.list(f"{RESOURCE_API}/resourceslices",
+                                field_selector=f"spec.driver={driver},spec.nodeName={node}")
+
+    def create_claim(self, namespace: str, name: str, device_class: str, count: int = 1) -> dict:
+        return self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": {
+                "deviceClassName": device_class, "allocationMode": ALLOCATION_EXACT_COUNT, "count": count}}]}},
+        })
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        self.client.delete(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")
+
+    # -- allocation --------------------------------------------------------------------------
+
+    def _complete_pools(self, driver: str, node: str) -> list[tuple[str, list[dict]]]:
+        """(pool name, slices of its newest generation) for every complete pool, by name."""
+        slices = self.slices(driver, node)
+        if not slices:
+            raise AllocationError(f"no ResourceSlice of driver {driver} on node {node}")
+        by_pool: dict[str, list[dict]] = defaultdict(list)
+        for s in slices:
+            by_pool[str(s["spec"]["pool"]["name"])].append(s)
+        complete, incomplete = [], []
+        for pool, members in sorted(by_pool.items()):
+            newest = max(int(s["spec"]["pool"].get("generation", 0)) for s in members)
+            current = sorted((s for s in members if int(s["spec"]["pool"].get("generation", 0)) == newest),
+                             key=lambda s: _meta(s).get("name", ""))
+            expected = {int(s["spec"]["pool"].get("resourceSliceCount", 0)) for s in current}
+            if len(expected) == 1 and len(current) == expected.pop():
+                complete.append((pool, current))
+            else:
+                counts = "/".join(str(int(s["spec"]["pool"].get("resourceSliceCount", 0))) for s in current)
+                incomplete.append(f"pool {pool} generation {newest}: slices say resourceSliceCount={counts}, "
+                                  f"found {len(current)}")
+        if not complete:
+            raise AllocationError(f"no complete pool of driver {driver} on node {node}: {'; '.join(incomplete)}")
+        return complete
+
+    def _in_use(self, except_uid: str) -> set[tuple[str, str, str]]:
+        used: set[tuple[str, str, str]] = set()
+        for claim in self.client.list(f"{RESOURCE_API}/resourceclaims"):
+            if _meta(claim).get("uid") == except_uid:
+                continue
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            for r in (allocation.get("devices") or {}).get("results") or []:
+                used.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
+        return used
+
+    def _rule_taints(self, driver: str) -> list[tuple[str | None, str | None, dict]]:
+        """(pool, device, taint) for every DeviceTaintRule that can select this driver's devices; None matches any."""
+        try:
+            rules = self.client.list(DEVICE_TAINT_RULES)
+        except ApiError as err:
+            if err.status == 404:  # the server does not serve DeviceTaintRules: none apply
+                return []
+            raise
+        taints = []
+        for rule in rules:
+            spec = rule.get("spec") or {}
+            sel = spec.get("deviceSelector") or {}
+            if sel.get("driver") in (None, driver) and spec.get("taint"):
+                taints.append((sel.get("pool"), sel.get("device"), spec["taint"]))
+        return taints
+
+    def allocate(self, claim: dict, node: str, driver: str, pod: dict) -> dict:
+        """Allocate `claim` on `node` from `driver`'s devices and reserve it for `pod` {"name", "uid"}."""
+        ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
+        path = f"{RESOURCE_API}/namespaces/{ns}/resourceclaims/{name}"
+        for attempt in range(CONFLICT_RETRIES):
+            current = self.client.get(path)
+            status = current.setdefault("status", {})
+            reservation = {"resource": "pods", "name": pod["name"], "uid": pod["uid"]}
+            reserved = status.setdefault("reservedFor", [])
+            if not status.get("allocation"):
+                status["allocation"] = self._allocation(current, node, driver)
+            if not any(r.get("uid") == pod["uid"] for r in reserved):
+                reserved.append(reservation)
+            try:
+                updated = self.client.replace_status(path, current)
+            except ApiError as err:
+                if err.status == 409 and attempt < CONFLICT_RETRIES - 1:
+                    continue
+                raise AllocationError(f"claim {ns}/{name}: writing status.allocation failed: {err}") from err
+            results = updated["status"]["allocation"]["devices"]["results"]
+            if self.timeline is not None:
+                self.timeline.record("api.allocate", "api", claim=f"{ns}/{name}", uid=_meta(updated).get("uid"),
+                                     node=node, pod=pod["name"],
+                                     devices=[f"{r['pool']}/{r['device']}" for r in results])
+            return updated
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _allocation(self, claim: dict, node: str, driver: str) -> dict[str, Any]:
+        ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
+        pools = self._complete_pools(driver, node)
+        used = self._in_use(_meta(claim).get("uid", ""))
+        rule_taints = self._rule_taints(driver)
+        results: list[dict[str, str]] = []
+        for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or []:
+            exactly = request.get("exactly")
+            if exactly is None:
+                raise AllocationError(f"claim {ns}/{name}: request {request.get('name')} has no 'exactly' "
+                                      "(firstAvailable is not supported by fakelet's allocator)")
+            mode = exactly.get("allocationMode") or ALLOCATION_EXACT_COUNT
+            want = int(exactly.get("count") or 1) if mode == ALLOCATION_EXACT_COUNT else None
+            tolerations = exactly.get("tolerations") or []
+            picked: list[dict[str, str]] = []
+            skipped: list[str] = []
+            for pool, pool_slices in pools:
+                for s in pool_slices:
+                    for device in s["spec"].get("devices") or []:
+                        key = (driver, pool, device["name"])
+                        if key in used:
+                            skipped.append(f"{pool}/{device['name']} (allocated to another claim)")
+                            continue
+                        taints = [*(device.get("taints") or []),
+                                  *(t for p, d, t in rule_taints if p in (None, pool) and d in (None, device["name"]))]
+                        taint = _blocking_taint(taints, tolerations)
+                        if taint is not None:
+                            skipped.append(f"{pool}/{device['name']} (taint {taint.get('key')}="
+                                           f"{taint.get('value', '')}:{taint.get('effect')})")
+                            continue
+                        if want is not None and len(picked) == want:
+                            continue
+                        picked.append({"request": request["name"], "driver": driver, "pool": pool,
+                                       "device": device["name"]})
+                        used.add(key)
+            if not picked or (want is not None and len(picked) < want):
+                why = f"; skipped {', '.join(skipped)}" if skipped else ""
+                raise AllocationError(f"claim {ns}/{name}: request {request['name']} wants "
+                                      f"{want if want is not None else 'all'} device(s) of driver {driver} on node "
+                                      f"{node}, {len(picked)} available{why}")
+            results.extend(picked)
+        if not results:
+            raise AllocationError(f"claim {ns}/{name} has no device requests")
+        return {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]}]},
+        }

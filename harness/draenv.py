@@ -1,0 +1,305 @@
+"""One DRA check's world: the DP world plus a registry, an API server and a scheduler.
+
+`DRAEnv` adds to `DPEnv` what a DRA driver needs around it: the fake
+kubelet's plugins_registry and plugins directories, a CDI directory, a node
+name of its own, and, when an API server is available, the Node object, a
+DeviceClass, claims allocated from the driver's own ResourceSlices, and a
+watch that puts every change of those slices on the timeline.
+
+Checks that need the API server call `need_api()`: without one they skip
+with the reason, and the rest of the DRA checks still run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.controlplane import ApiError, ControlPlane
+from harness.controlplane.allocator import Allocator
+from harness.controlplane.client import RESOURCE_API, KubeClient
+from harness.draprobe import DRAProbe
+from harness.env import DPEnv, SubjectUnavailable
+from harness.kubelet.dramanager import DRAError
+from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import get as get_kubelet_version
+from harness.node import FakeNode
+from harness.profiles import Profile
+from harness.subjects import SubjectSpec
+from harness.timeline import Event
+
+HOST_KUBELET_DIR = "/var/lib/kubelet"  # kubelet --root-dir default
+HOST_CDI_DIR = "/var/run/cdi"  # CDI spec directory for dynamic specs (tags.cncf.io/container-device-interface)
+SLICE_WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
+DRA_KINDS = ("dra.registered", "dra.rejected", "dra.deregistered", "pluginwatcher.getinfo",
+             "pluginwatcher.rejected", "process.exit", "kubelet.start", "kubelet.stop")
+
+
+def short_id() -> str:
+    return secrets.token_hex(4)
+
+
+class DRAEnv(DPEnv):
+    def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
+                 binary: str | None = None, artifacts: Path | None = None, *,
+                 kubelet_version: KubeletVersion | None = None, control_plane: ControlPlane | None = None,
+                 control_plane_error: str = "no API server configured") -> None:
+        if spec.needs_api and control_plane is None:
+            raise SubjectUnavailable(f"subject {spec.name} cannot start without an API server: {control_plane_error}")
+        if spec.requires_python is not None:
+            module = spec.requires_python["import"]
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except ImportError:
+                found = False
+            if not found:
+                raise SubjectUnavailable(f"subject {spec.name}: Python package "
+                                         f"{spec.requires_python['distribution']} not installed (no module {module})")
+        self.kubelet_version = kubelet_version or get_kubelet_version("default")
+        self.control_plane, self.control_plane_error = control_plane, control_plane_error
+        self.node_name = f"fakelet-{short_id()}"  # also the namespace: checks sharing an API server never meet
+        self.client: KubeClient | None = control_plane.client() if control_plane is not None else None
+        self._slice_stop = threading.Event()
+        self._slice_thread: threading.Thread | None = None
+        self._api_objects = False
+        super().__init__(spec, profile, defect, seed, binary, artifacts)
+        self.driver = spec.driver or spec.resource
+        self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
+
+    # -- setup -------------------------------------------------------------
+
+    def _make_node(self) -> FakeNode:
+        # plugins/<driver> too: DaemonSets mount it with DirectoryOrCreate, and some drivers
+        # (the upstream e2e test driver) only create its parent.
+        own = self.sandbox.plugins_dir / (self.spec.driver or self.spec.resource)
+        for d in (self.sandbox.registry_dir, self.sandbox.plugins_dir, own, self.sandbox.cdi_dir, self.driver_state):
+            d.mkdir(parents=True, exist_ok=True)
+        return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
+                        registry_dir=self.sandbox.registry_dir, kubelet_version=self.kubelet_version,
+                        translate=self.host_path)
+
+    @property
+    def driver_state(self) -> Path:
+        return self.sandbox.path / "driver-state"
+
+    @property
+    def in_namespace(self) -> bool:
+        return self.spec.launcher == "mount-namespace"
+
+    def _namespace_binds(self) -> dict[str, str]:
+        return {str(self.sandbox.kubelet_root): HOST_KUBELET_DIR, str(self.sandbox.cdi_dir): HOST_CDI_DIR}
+
+    def _more_placeholders(self) -> dict[str, str]:
+        kubelet = HOST_KUBELET_DIR if self.in_namespace else str(self.sandbox.kubelet_root)
+        cdi = HOST_CDI_DIR if self.in_namespace else str(self.sandbox.cdi_dir)
+        kubeconfig = ""
+        if self.control_plane is not None:
+            kubeconfig = str(self.control_plane.kubeconfig)
+        return {
+            "registry_dir": f"{kubelet}/plugins_registry", "plugins_dir": f"{kubelet}/plugins",
+            "cdi_dir": cdi, "kubeconfig": kubeconfig, "node_name": self.node_name,
+            "state_dir": str(self.driver_state), "driver": self.spec.driver or self.spec.resource,
+            "health_refresh_s": f"{self.profile.dra_health_timeout_s / 3:g}",
+        }
+
+    def host_path(self, path: str) -> str:
+        """A path the subject named (its mount namespace's view) as the harness sees it."""
+        if self.in_namespace:
+            for host_dir, sandbox_dir in ((HOST_KUBELET_DIR, self.sandbox.kubelet_root),
+                                          (HOST_CDI_DIR, self.sandbox.cdi_dir)):
+                if path == host_dir or path.startswith(host_dir + "/"):
+                    return str(sandbox_dir) + path[len(host_dir):]
+        return path
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start_subject(self) -> None:
+        if self.client is not None and not self._api_objects:
+            # Drivers own their slices through the Node object; it must exist first.
+            self._api_objects = True
+            assert self.allocator is not None
+            self.allocator.ensure_node(self.node_name)
+            self.allocator.ensure_namespace(self.node_name)
+            self._start_slice_watch()
+        super().start_subject()
+
+    def start(self) -> DRAEnv:
+        super().start()
+        return self
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._slice_stop.set()
+            if self._slice_thread is not None:
+                self._slice_thread.join(SLICE_WATCH_S + 2)
+            if self.client is not None and self._api_objects:
+                self._delete_api_objects()
+
+    def _delete_api_objects(self) -> None:
+        """Best effort: a shared API server must not fill up with dead checks' objects."""
+        assert self.client is not None
+        paths = [f"/api/v1/namespaces/{self.node_name}", f"/api/v1/nodes/{self.node_name}",
+                 f"{RESOURCE_API}/deviceclasses/{self.device_class}"]
+        try:
+            mine = f"spec.nodeName={self.node_name}"
+            for s in self.client.list(f"{RESOURCE_API}/resourceslices", field_selector=mine):
+                paths.append(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
+        except (ApiError, OSError):
+            pass
+        for path in paths:
+            try:
+                self.client.delete(path)
+            except (ApiError, OSError):
+                pass
+
+    # -- the API server ------------------------------------------------------
+
+    def need_api(self) -> KubeClient:
+        if self.client is None:
+            pytest.skip(f"needs a kube-apiserver: {self.control_plane_error}")
+        return self.client
+
+    @property
+    def device_class(self) -> str:
+        return f"{self.node_name}-class"
+
+    def slices(self) -> list[dict[str, Any]]:
+        client = self.need_api()
+        return client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={self.node_name}")
+
+    def _start_slice_watch(self) -> None:
+        self._slice_thread = threading.Thread(target=self._watch_slices, daemon=True, name="slice-watch")
+        self._slice_thread.start()
+
+    def _watch_slices(self) -> None:
+        """Record the node's full slice set on the timeline each time it changes."""
+        assert self.client is not None
+        path = f"{RESOURCE_API}/resourceslices"
+        selector = f"spec.nodeName={self.node_name}"
+        current: dict[str, dict[str, Any]] = {}
+        while not self._slice_stop.is_set():
+            try:
+                listed = self.client.get(f"{path}?fieldSelector={selector}")
+                fresh = {s["metadata"]["name"]: s for s in listed.get("items", [])}
+                if fresh != current:
+                    current = fresh
+                    self._record_slices(current)
+                version = listed["metadata"]["resourceVersion"]
+                for event in self.client.watch(f"{path}?fieldSelector={selector}", version, SLICE_WATCH_S):
+                    if self._slice_stop.is_set():
+                        return
+                    obj = event.get("object", {})
+                    name = obj.get("metadata", {}).get("name")
+                    if event.get("type") == "DELETED":
+                        current.pop(name, None)
+                    elif event.get("type") in ("ADDED", "MODIFIED"):
+                        current[name] = obj
+                    else:
+                        continue
+                    self._record_slices(current)
+            except (ApiError, OSError, KeyError, ValueError) as err:
+                self.timeline.record("api.error", "harness", what="watching ResourceSlices", error=str(err))
+                if self._slice_stop.wait(1.0):  # the API server is away: retry on a timer, not in a spin
+                    return
+
+    def _record_slices(self, current: dict[str, dict[str, Any]]) -> None:
+        self.timeline.record("api.slices", "apiserver", node=self.node_name,
+                             slices=[current[k] for k in sorted(current)],
+                             devices=sorted(d["name"] for s in current.values() for d in s["spec"].get("devices", [])))
+
+    def wait_slices(self, predicate: Any, awaiting: str, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        """The first slice set (an `api.slices` event) for which `predicate(event)` holds."""
+        self.need_api()
+        return self.timeline.wait_for(
+            lambda e: e.kind == "api.slices" and predicate(e), timeout_s or self.profile.reaction_s, awaiting,
+            since_ns, abort=self._exit_abort, relevant=("api.slices", "process.exit", "api.error"))
+
+    def new_pod(self, name: str = "pod") -> dict[str, str]:
+        return {"name": f"{name}-{short_id()}", "namespace": self.node_name, "uid": str(uuid.uuid4())}
+
+    def allocated_claim(self, pod: dict[str, str], count: int = 1, name: str = "claim") -> dict[str, Any]:
+        """A claim for `count` of the driver's devices, allocated on this node and reserved for `pod`."""
+        self.need_api()
+        assert self.allocator is not None
+        self.allocator.ensure_device_class(self.device_class, self.driver)
+        claim = self.allocator.create_claim(self.node_name, f"{name}-{short_id()}", self.device_class, count)
+        return self.allocator.allocate(claim, self.node_name, self.driver, pod)
+
+    def wait_allocatable(self, count: int = 1, since_ns: int = 0) -> Event:
+        """Slices that offer at least `count` devices (the driver has published)."""
+        return self.wait_slices(lambda e: len(e.get("devices")) >= count,
+                                f"ResourceSlices of {self.driver} for node {self.node_name} with {count}+ devices",
+                                since_ns)
+
+    # -- registration ----------------------------------------------------------
+
+    def wait_dra_registered(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        return self.timeline.wait_for(
+            lambda e: e.kind == "dra.registered" and e.get("driver") == self.driver,
+            timeout_s or self.profile.reaction_s, f"a registration of DRA driver {self.driver}",
+            since_ns, abort=self._exit_abort, relevant=DRA_KINDS)
+
+    def wait_getinfo(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        """The fake kubelet's first GetInfo call to any registration socket, answered or not."""
+        return self.timeline.wait_for(
+            lambda e: e.kind == "pluginwatcher.getinfo", timeout_s or self.profile.reaction_s,
+            "a registration socket in plugins_registry answering GetInfo", since_ns,
+            abort=self._exit_abort, relevant=(*DRA_KINDS, "pluginwatcher.found"))
+
+    def negotiated(self) -> dict[str, str]:
+        """The versions the fake kubelet settled on with the driver in this check, if it registered."""
+        found = self.timeline.find(lambda e: e.kind == "dra.registered" and e.get("driver") == self.driver)
+        if not found:
+            return {}
+        last = found[-1]
+        # The kubelet may open a health stream the driver does not serve: count only one that delivered.
+        streamed = self.timeline.find(lambda e: e.kind == "dra.health" and e.get("driver") == self.driver)
+        health = last.get("health_version") if streamed else None
+        return {"dra": str(last.get("service_version")), "dra-health": str(health or "none")}
+
+    def registration_socket(self) -> str:
+        """The registry socket through which the driver last registered."""
+        # The watcher records its own event just after the DRA manager's: wait for it, briefly.
+        event = self.timeline.wait_for(
+            lambda e: e.kind == "pluginwatcher.registered" and e.get("name") == self.driver,
+            self.profile.reaction_s, f"a registration of {self.driver} through plugins_registry",
+            relevant=("pluginwatcher.registered", "dra.registered"))
+        return str(event.get("socket"))
+
+    def conn(self) -> Any:
+        manager = self.node.dra
+        plugin = manager.plugin(self.driver) if manager is not None else None
+        if plugin is None:
+            raise AssertionError(f"expected DRA driver {self.driver} to be registered with the kubelet; it is not")
+        return plugin
+
+    def probe(self, register: Event) -> DRAProbe:  # type: ignore[override]
+        """A client of its own to the endpoint the driver registered."""
+        return DRAProbe(self.host_path(register.get("endpoint")), self.timeline)
+
+    def prepare(self, pod: dict[str, str], claims: list[dict[str, Any]]) -> dict[str, Any]:
+        """What the kubelet does at pod admission: NodePrepareResources for the pod's claims."""
+        manager = self.node.dra
+        assert manager is not None
+        try:
+            return manager.prepare_pod(pod, claims)
+        except DRAError as err:  # the driver failed the kubelet: a verdict, not a harness error
+            raise AssertionError(f"expected the kubelet to prepare pod {pod['name']}'s claims; saw: {err}") from None
+
+    @staticmethod
+    def claim_ref(claim: dict[str, Any]) -> tuple[str, str, str]:
+        meta = claim["metadata"]
+        return meta["namespace"], meta["uid"], meta["name"]
+
+    @staticmethod
+    def allocated_devices(claim: dict[str, Any], driver: str) -> list[tuple[str, str]]:
+        results = claim.get("status", {}).get("allocation", {}).get("devices", {}).get("results", [])
+        return sorted((r["pool"], r["device"]) for r in results if r["driver"] == driver)

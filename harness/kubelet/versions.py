@@ -1,0 +1,114 @@
+"""What each kubelet release speaks to a DRA kubelet plugin.
+
+Every entry was read from the k8s.io/kubernetes module of that release
+(`go mod download k8s.io/kubernetes@vX.Y.Z`), pkg/kubelet/cm/dra/plugin and
+pkg/features/kube_features.go; service name strings from k8s.io/kubelet
+pkg/apis/dra*/*/types.go. The evidence sits next to each field below.
+
+Service names (advertised in PluginInfo.supported_versions):
+  "v1.DRAPlugin"               k8s.io/kubelet pkg/apis/dra/v1 types.go DRAPluginService
+  "v1beta1.DRAPlugin"          k8s.io/kubelet pkg/apis/dra/v1beta1 types.go DRAPluginService
+  "v1alpha3.NodeService"       k8s.io/kubelet@v0.32.9 pkg/apis/dra/v1alpha4 types.go NodeService
+  "v1.DRAResourceHealth"       k8s.io/kubelet@v0.37.2 pkg/apis/dra-health/v1 types.go DRAResourceHealthService
+  "v1alpha1.DRAResourceHealth" k8s.io/kubelet@v0.37.2 pkg/apis/dra-health/v1alpha1 types.go DRAResourceHealthService
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DRA_V1 = "v1.DRAPlugin"
+DRA_V1BETA1 = "v1beta1.DRAPlugin"
+DRA_V1ALPHA4 = "v1alpha3.NodeService"  # the v1alpha4 API's proto package is v1alpha3, service Node
+HEALTH_V1 = "v1.DRAResourceHealth"
+HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
+
+# Short names used in events and on DRAPluginConn.
+SERVICE_SHORT = {DRA_V1: "v1", DRA_V1BETA1: "v1beta1", DRA_V1ALPHA4: "v1alpha3"}
+HEALTH_SHORT = {HEALTH_V1: "v1", HEALTH_V1ALPHA1: "v1alpha1"}
+
+# How a release picks the DRA service.
+PICK_KUBELET_ORDER = "kubelet"  # first of the kubelet's list that the plugin advertises
+PICK_PLUGIN_ORDER = "plugin"  # first of the plugin's list that the kubelet supports
+
+
+@dataclass(frozen=True)
+class KubeletVersion:
+    name: str  # "1.32" ... "1.37"
+    # Accepted DRA services, the kubelet's preference first.
+    dra_services: tuple[str, ...]
+    # DRAResourceHealth versions the kubelet calls with its default feature gates,
+    # preferred first; () = none.
+    health_versions: tuple[str, ...]
+    # Whose order decides when the plugin advertises several services.
+    dra_pick: str = PICK_PLUGIN_ORDER
+    # Service assumed when the plugin advertises none the kubelet knows (None: reject).
+    dra_fallback: str | None = None
+    # Health versions the kubelet calls with ResourceHealthStatus force-enabled (alpha releases).
+    gated_health_versions: tuple[str, ...] = ()
+    # True: the stream is opened only when the plugin advertises a health service;
+    # False: it is attempted on every plugin (and retried while Unimplemented).
+    health_needs_advertising: bool = False
+    # True: an Unimplemented NodeWatchResources stops the retry loop.
+    health_stop_on_unimplemented: bool = False
+    # 1.32 replaces an already registered plugin of the same driver; later releases
+    # keep a list per driver and refuse a second registration of the same endpoint.
+    replace_on_reregister: bool = False
+    # allocatedResourcesStatus carries the plugin's health message (ResourceHealthStatusMessage).
+    health_message: bool = False
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "dra_services": list(self.dra_services),
+                "health_versions": list(self.health_versions)}
+
+
+_V1_V1BETA1 = (DRA_V1, DRA_V1BETA1)
+
+KUBELET_VERSIONS: dict[str, KubeletVersion] = {v.name: v for v in (
+    # v1.32.9 pkg/kubelet/cm/dra/plugin/registration.go validateSupportedServices: loops over
+    # [drapbv1beta1.DRAPluginService, drapbv1alpha4.NodeService] (kubelet order) and falls back
+    # to NodeService when the plugin lists neither; only an empty list is an error.
+    # plugins_store.go add(): a second registration replaces the first. No dra-health import
+    # anywhere in pkg/kubelet/cm/dra (no health stream).
+    KubeletVersion("1.32", (DRA_V1BETA1, DRA_V1ALPHA4), (), dra_pick=PICK_KUBELET_ORDER,
+                   dra_fallback=DRA_V1ALPHA4, replace_on_reregister=True),
+    # v1.33.5 registration.go: same service list, order and fallback as 1.32; plugins_store.go
+    # add(): "endpoint %s already registered for plugin %s". No dra-health import.
+    KubeletVersion("1.33", (DRA_V1BETA1, DRA_V1ALPHA4), (), dra_pick=PICK_KUBELET_ORDER,
+                   dra_fallback=DRA_V1ALPHA4),
+    # v1.34.2 plugin/dra_plugin.go servicesSupportedByKubelet = [v1, v1beta1];
+    # dra_plugin_manager.go validateSupportedServices loops over the plugin's list. Health:
+    # dra-health/v1alpha1 behind ResourceHealthStatus, kube_features.go: 1.31 Alpha, default false.
+    KubeletVersion("1.34", _V1_V1BETA1, (), gated_health_versions=(HEALTH_V1ALPHA1,)),
+    # v1.35.4: identical to 1.34 (ResourceHealthStatus still Alpha, default false).
+    KubeletVersion("1.35", _V1_V1BETA1, (), gated_health_versions=(HEALTH_V1ALPHA1,)),
+    # v1.36.3: as 1.35; kube_features.go ResourceHealthStatus 1.36 Beta, default true, and
+    # dra_plugin_manager.go add() starts the v1alpha1 stream for every plugin (advertised or not).
+    # ResourceHealthStatusMessage: 1.36 Beta, default true (manager.go buildResourceHealth).
+    KubeletVersion("1.36", _V1_V1BETA1, (HEALTH_V1ALPHA1,), gated_health_versions=(HEALTH_V1ALPHA1,),
+                   health_message=True),
+    # v1.37.0 dra_plugin.go healthServicesSupportedByKubelet = [v1, v1alpha1]; RegisterPlugin ->
+    # pickHealthService (kubelet order, only advertised services); add() starts the stream only
+    # when chosenHealthService != "" and stops it on codes.Unimplemented.
+    KubeletVersion("1.37", _V1_V1BETA1, (HEALTH_V1, HEALTH_V1ALPHA1),
+                   gated_health_versions=(HEALTH_V1, HEALTH_V1ALPHA1), health_needs_advertising=True,
+                   health_stop_on_unimplemented=True, health_message=True),
+)}
+
+DEFAULT_KUBELET_VERSION = "1.36"
+NEWEST = max(KUBELET_VERSIONS, key=lambda n: tuple(int(p) for p in n.split(".")))
+ALIASES = {"newest": NEWEST, "default": DEFAULT_KUBELET_VERSION}
+
+
+def get(name: str) -> KubeletVersion:
+    """A release by name ("1.36", "v1.36", "newest"); ValueError naming the choices."""
+    key = ALIASES.get(name, name.removeprefix("v"))
+    try:
+        return KUBELET_VERSIONS[key]
+    except KeyError:
+        choices = ", ".join([*KUBELET_VERSIONS, *ALIASES])
+        raise ValueError(f"unknown kubelet version {name!r}; choose one of: {choices}") from None
+
+
+def default() -> KubeletVersion:
+    return KUBELET_VERSIONS[DEFAULT_KUBELET_VERSION]

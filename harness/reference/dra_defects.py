@@ -1,0 +1,35 @@
+"""The named defects that turn the reference DRA driver into a mutant.
+
+Each is a bug seen (or easy to make) in real DRA kubelet plugins. The checks
+each defect must fail are recorded with the subject profile
+(fixtures/subjects/reference-dra.yaml) and asserted by the kill matrix.
+"""
+
+DRA_DEFECTS: dict[str, str] = {
+    # registration
+    "wrong-endpoint": "GetInfo names an endpoint that does not exist (plugin.sock instead of dra.sock)",
+    "getinfo-slow": "answers GetInfo after 1.5 s, past the kubelet's 1 s timeout",
+    "unserved-version": "advertises v1.DRAPlugin but serves only v1beta1.DRAPlugin",
+    "dies-on-reject": "exits when NotifyRegistrationStatus says registered=false",
+    "split-health-socket": "serves DRAResourceHealth on a second socket the kubelet never dials",
+    "bad-driver-name": "registers and publishes as 'gpu_fakelet.example.com' (not a DNS subdomain)",
+    # prepare / unprepare
+    "non-idempotent-prepare": "answers a second prepare of the same claim with an error",
+    "unprepare-unknown-errors": "answers unprepare of a claim it does not know with an error",
+    "drops-claims-in-batch": "answers only the first claim of a multi-claim request",
+    "wrong-cdi-id": "returns CDI device IDs without the vendor/class qualification",
+    "prepare-hang": "never answers a NodePrepareResources call that names claims",
+    # restarts
+    "forgets-after-restart": "ignores its checkpoint and names CDI devices per process",
+    "no-reregister": "does not recreate its registration socket when it is deleted",
+    "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
+    # health
+    "no-health": "does not implement DRAResourceHealth",
+    "stale-health": "keeps streaming the health it saw at start, never what changed",
+    "slow-health-refresh": "resends the device list every 40 s, slower than the kubelet's 30 s health timeout",
+    "single-stream": "only the first NodeWatchResources call ever gets messages",
+    "ignore-temperature": "does not look at device temperature",
+    # ResourceSlices
+    "bad-slice": "publishes its pool as two slices that both carry the first device",
+    "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
+}

@@ -1,0 +1,679 @@
+"""fakelet's reference DRA kubelet plugin: a conformant driver, and its mutants.
+
+It follows upstream's kubeletplugin helper (k8s.io/dynamic-resource-allocation
+kubeletplugin: draplugin.go, registrationserver.go, nonblockinggrpcserver.go,
+endpoint.go) and adds what a careful driver does on top:
+
+- serve `<plugin-dir>/dra.sock` (v1 and v1beta1 DRAPlugin, DRAResourceHealth)
+  first, then create `<registry-dir>/<driver>-reg.sock`; stale sockets are
+  removed before listening, ours are removed on exit;
+- watch both sockets with inotify and recreate one that is deleted (the helper
+  does not; a node agent or a harness fault may delete it);
+- publish the node's devices as one ResourceSlice pool named after the node
+  (harness/reference/dra_slices.py), and republish on hot-plug;
+- prepare claims from their API objects, one CDI spec file per claim
+  (harness/reference/cdi.py), with per-claim errors and a checkpoint
+  (harness/reference/dra_checkpoint.py) so that a restarted driver can still
+  unprepare and re-prepare with the same answer;
+- stream device health: the full list at once, on every change, and every
+  --health-refresh-s seconds, well inside the kubelet's 30 s health timeout.
+
+`--defect NAME` switches on one named bug (harness/reference/dra_defects.py).
+
+    python -m harness.reference.dra_driver --driver-name D --node-name N --kubeconfig K \
+        --registry-dir R --plugin-dir P --cdi-dir C --sysfs-root S --state-dir X
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import math
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+from inotify_simple import INotify
+from inotify_simple import flags as IN
+
+from harness.controlplane.base import RESOURCE_API
+from harness.grpcutil import unix_target
+from harness.reference import cdi
+from harness.reference.dra_checkpoint import Checkpoint
+from harness.reference.dra_defects import DRA_DEFECTS
+from harness.reference.dra_slices import SlicePublisher, dns_label
+from harness.reference.sources import HEALTHY as HW_HEALTHY
+from harness.reference.sources import UNHEALTHY as HW_UNHEALTHY
+from harness.reference.sources import SysfsSource
+from harness.wire import (
+    dra_v1,
+    dra_v1_grpc,
+    dra_v1beta1,
+    dra_v1beta1_grpc,
+    drahealth_v1,
+    drahealth_v1_grpc,
+    drahealth_v1alpha1,
+    drahealth_v1alpha1_grpc,
+    reg,
+    reg_grpc,
+)
+
+log = logging.getLogger("reference-dra")
+
+DRA_PLUGIN_TYPE = "DRAPlugin"  # pluginregistration v1 constants.go DRAPlugin
+SERVICE_V1 = "v1.DRAPlugin"  # kubelet pkg/apis/dra/v1 types.go DRAPluginService
+SERVICE_V1BETA1 = "v1beta1.DRAPlugin"  # kubelet pkg/apis/dra/v1beta1 types.go DRAPluginService
+HEALTH_V1 = "v1.DRAResourceHealth"  # kubelet@v0.37 pkg/apis/dra-health/v1 types.go DRAResourceHealthService
+HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"  # kubelet pkg/apis/dra-health/v1alpha1 types.go
+REG_SOCKET_SUFFIX = "-reg.sock"  # kubeletplugin draplugin.go Start: o.driverName + uidPart + "-reg.sock"
+DRA_SOCKET = "dra.sock"  # kubeletplugin draplugin.go Start: "dra" + uidPart + ".sock"
+KUBELET_HEALTH_TIMEOUT_S = 30.0  # kubelet cm/dra/healthinfo.go DefaultHealthTimeout
+# Declared per device (health_check_timeout_seconds): three refresh periods, so
+# one late message never makes the kubelet call a device Unknown.
+HEALTH_TIMEOUT_PERIODS = 3
+SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) = 108 on Linux, minus the NUL
+CDI_CLASS = "gpu"
+
+# Mutant timings.
+GETINFO_SLOW_S = 1.5  # past pluginmanager operation_generator.go GetInfo's 1 s timeout
+SLOW_REFRESH_PERIODS = 4  # slow-health-refresh: longer than the declared HEALTH_TIMEOUT_PERIODS
+WRONG_ENDPOINT = "plugin.sock"
+SPLIT_HEALTH_SOCKET = "health.sock"
+
+# DRAResourceHealth HealthStatus values, by name (identical in v1alpha1 and v1).
+HEALTHY, UNHEALTHY, UNKNOWN = "HEALTHY", "UNHEALTHY", "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class HwDevice:
+    """One device as the fake backend's sysfs tree shows it."""
+
+    id: str
+    cls: str
+    uuid: str
+    model: str
+    vendor: str
+    numa: int
+    pci_address: str
+    memory_mib: int
+    health: str
+    temperature_c: float | None
+    node: str
+    host_path: str
+
+
+class DraSysfsSource(SysfsSource):
+    """SysfsSource (same layout, same watches) with the attributes a ResourceSlice publishes."""
+
+    def read_devices(self) -> list[HwDevice]:
+        out = []
+        for d in self._device_dirs():
+            try:
+                device = self._read_full(d)
+            except (OSError, ValueError):
+                continue  # half-removed during a hot-unplug: it is going away
+            if device is not None:
+                out.append(device)
+        return out
+
+    def _read_full(self, d: Path) -> HwDevice | None:
+        def value(name: str, default: str = "") -> str:
+            f = d / name
+            return f.read_text().strip() if f.is_file() else default
+
+        if value("present", "1") in ("0", "false"):
+            return None
+        milli, node = value("temperature"), value("node")
+        return HwDevice(id=d.name, cls=d.parent.name, uuid=value("uuid"), model=value("model"),
+                        vendor=value("vendor"), numa=int(value("numa_node", "0") or 0),
+                        pci_address=value("pci_address"), memory_mib=int(value("memory_mib", "0") or 0),
+                        health=value("health", HW_HEALTHY), temperature_c=int(milli) / 1000 if milli else None,
+                        node=node, host_path=str(self.root / "dev" / node) if node else "/dev/null")
+
+
+def _notify(cond: threading.Condition) -> None:
+    with cond:
+        cond.notify_all()
+
+
+# -- gRPC services -------------------------------------------------------------
+
+
+def _dra_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) -> Any:
+    """DRAPlugin for one API version; v1 and v1beta1 differ only in their message modules."""
+
+    class DRAPluginService(pb_grpc.DRAPluginServicer):  # type: ignore[name-defined]
+        def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+            if driver.has("prepare-hang") and request.claims:
+                driver.stopping.wait()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
+            results = driver.prepare([(c.namespace, c.uid, c.name) for c in request.claims])
+            resp = pb.NodePrepareResourcesResponse()
+            for uid, result in results.items():
+                resp.claims[uid].CopyFrom(pb.NodePrepareResourceResponse(
+                    error=result.get("error", ""),
+                    devices=[pb.Device(request_names=d["requests"], pool_name=d["pool"], device_name=d["device"],
+                                       cdi_device_ids=d["cdi_ids"]) for d in result.get("devices", [])]))
+            return resp
+
+        def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+            errors = driver.unprepare([(c.namespace, c.uid, c.name) for c in request.claims])
+            resp = pb.NodeUnprepareResourcesResponse()
+            for uid, error in errors.items():
+                resp.claims[uid].CopyFrom(pb.NodeUnprepareResourceResponse(error=error))
+            return resp
+
+    return DRAPluginService()
+
+
+def _health_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) -> Any:
+    class DRAResourceHealthService(pb_grpc.DRAResourceHealthServicer):  # type: ignore[name-defined]
+        def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+            for devices in driver.watch_health(context):
+                yield pb.NodeWatchResourcesResponse(devices=[
+                    pb.DeviceHealth(device=pb.DeviceIdentifier(pool_name=d["pool"], device_name=d["device"]),
+                                    health=pb.HealthStatus.Value(d["health"]),
+                                    last_updated_time=int(time.time()),
+                                    health_check_timeout_seconds=driver.declared_health_timeout_s,
+                                    message=d["reason"])
+                    for d in devices])
+
+    return DRAResourceHealthService()
+
+
+class RegistrationService(reg_grpc.RegistrationServicer):
+    """registrationserver.go, answering NotifyRegistrationStatus(false) without an error."""
+
+    def __init__(self, driver: ReferenceDriver) -> None:
+        self.d = driver
+
+    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:  # noqa: N802
+        if self.d.has("getinfo-slow"):
+            self.d.stopping.wait(GETINFO_SLOW_S)
+        endpoint = self.d.plugin_dir / WRONG_ENDPOINT if self.d.has("wrong-endpoint") else self.d.dra_socket
+        # Health is advertised too: a 1.37 kubelet opens the stream only for plugins that list it.
+        health = [] if self.d.has("no-health") or self.d.has("split-health-socket") else [HEALTH_V1, HEALTH_V1ALPHA1]
+        return reg.PluginInfo(type=DRA_PLUGIN_TYPE, name=self.d.driver, endpoint=str(endpoint),
+                              supported_versions=[SERVICE_V1, SERVICE_V1BETA1, *health])
+
+    def NotifyRegistrationStatus(  # noqa: N802
+        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        if request.plugin_registered:
+            log.info("registered with the kubelet")
+            return reg.RegistrationStatusResponse()
+        # The kubelet keeps our socket in its desired state and retries with
+        # backoff, so staying up and serving is all recovery needs.
+        log.warning("the kubelet rejected the registration: %s; still serving", request.error)
+        if self.d.has("dies-on-reject"):
+            log.error("registration rejected, exiting")
+            os._exit(1)
+        return reg.RegistrationStatusResponse()
+
+
+# -- the driver ----------------------------------------------------------------
+
+
+class ReferenceDriver:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.defect: str | None = args.defect
+        self.driver: str = args.driver_name.replace(".", "_", 1) if self.has("bad-driver-name") else args.driver_name
+        self.node: str = args.node_name
+        self.pool = self.node
+        # Absolute, not resolved: the kubelet dials exactly the path we were told to use.
+        self.plugin_dir = Path(os.path.abspath(args.plugin_dir))
+        self.registry_dir = Path(os.path.abspath(args.registry_dir))
+        self.cdi_dir = Path(os.path.abspath(args.cdi_dir))
+        self.state_dir = Path(os.path.abspath(args.state_dir))
+        self.dra_socket = self.plugin_dir / DRA_SOCKET
+        self.reg_socket = self.registry_dir / f"{self.driver}{REG_SOCKET_SUFFIX}"
+        for path in (self.dra_socket, self.reg_socket):
+            if len(str(path)) > SUN_PATH_MAX:
+                raise ValueError(f"socket path {path} is {len(str(path))} bytes, longer than the "
+                                 f"{SUN_PATH_MAX} a unix socket address holds")
+        self.source = DraSysfsSource(Path(args.sysfs_root))
+        self.threshold_c, self.hysteresis_c = args.temp_threshold_c, args.temp_hysteresis_c
+        self.refresh_s: float = args.health_refresh_s
+        self.declared_health_timeout_s = max(1, math.ceil(HEALTH_TIMEOUT_PERIODS * self.refresh_s))
+        self.stream_refresh_s = self.refresh_s * (SLOW_REFRESH_PERIODS if self.has("slow-health-refresh") else 1)
+        # forgets-after-restart names CDI devices per process; the good driver by claim UID only.
+        self.nonce = uuid.uuid4().hex[:8] if self.has("forgets-after-restart") else ""
+
+        self.overheated: set[str] = set()
+        self.indexes: dict[str, int] = {}  # device id -> stable "index" attribute
+        self.frozen: dict[str, dict[str, Any]] | None = None  # no-hotplug: the set seen at start
+        self.initial_health: dict[str, tuple[str, str]] | None = None  # stale-health
+        self.devices: list[dict[str, Any]] = []
+        self.generation = 0
+        self.changed = threading.Condition()
+        self.streams = itertools.count()
+        self.stopping = threading.Event()
+        self.terminating = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+
+        self.checkpoint = Checkpoint(self.state_dir)
+        self.claims_lock = threading.Lock()  # the helper serializes prepare and unprepare (Serialize)
+        self.prepared: dict[str, dict[str, Any]] = {} if self.has("forgets-after-restart") else self.checkpoint.load()
+
+        self.client: Any = None
+        self.api_error: type[Exception] = Exception
+        if args.kubeconfig:
+            from harness.controlplane.client import ApiError, KubeClient
+
+            self.client = KubeClient.from_kubeconfig(Path(args.kubeconfig))
+            self.api_error = ApiError
+        self.publisher: SlicePublisher | None = None
+        self.dra_server: grpc.Server | None = None
+        self.health_server: grpc.Server | None = None  # split-health-socket only
+        self.reg_server: grpc.Server | None = None
+
+    def has(self, defect: str) -> bool:
+        return self.defect == defect
+
+    # -- devices -----------------------------------------------------------
+
+    def _hot(self, d: HwDevice) -> bool:
+        """Over the threshold, and not yet cooled below threshold minus hysteresis."""
+        if d.temperature_c is None or self.has("ignore-temperature"):
+            return False
+        if d.id in self.overheated:
+            if d.temperature_c < self.threshold_c - self.hysteresis_c:
+                self.overheated.discard(d.id)
+        elif d.temperature_c > self.threshold_c:
+            self.overheated.add(d.id)
+        return d.id in self.overheated
+
+    def _health(self, d: HwDevice) -> tuple[str, str]:
+        hot = self._hot(d)
+        if d.health == HW_UNHEALTHY:
+            return UNHEALTHY, "the device reports Unhealthy"
+        if d.health != HW_HEALTHY:
+            return UNKNOWN, f"the device reports {d.health!r}"
+        if hot:
+            return UNHEALTHY, f"overtemperature: {d.temperature_c:g} C (threshold {self.threshold_c:g} C)"
+        return HEALTHY, ""
+
+    def _effective(self, seen: list[HwDevice]) -> list[dict[str, Any]]:
+        for d in sorted(seen, key=lambda d: d.id):
+            self.indexes.setdefault(d.id, len(self.indexes))
+        out = []
+        for d in seen:
+            health, reason = self._health(d)
+            out.append({"id": d.id, "name": dns_label(d.id), "index": self.indexes[d.id], "cls": d.cls,
+                        "uuid": d.uuid, "model": d.model, "vendor": d.vendor, "numa": d.numa,
+                        "pci_address": d.pci_address, "memory_mib": d.memory_mib, "node": d.node,
+                        "host_path": d.host_path, "health": health, "reason": reason})
+        if self.has("no-hotplug"):
+            if self.frozen is None:
+                self.frozen = {d["id"]: d for d in out}
+            current = {d["id"]: d for d in out}
+            out = [current.get(i, frozen) for i, frozen in self.frozen.items()]
+        if self.has("stale-health"):
+            if self.initial_health is None:
+                self.initial_health = {d["id"]: (d["health"], d["reason"]) for d in out}
+            for d in out:
+                d["health"], d["reason"] = self.initial_health.setdefault(d["id"], (d["health"], d["reason"]))
+        return out
+
+    @staticmethod
+    def _slice_view(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in d.items() if k not in ("health", "reason")} for d in devices]
+
+    def refresh(self) -> None:
+        """Re-read the devices; tell the health streams and the slice publisher what changed."""
+        try:
+            devices = self._effective(self.source.read_devices())
+        except (OSError, ValueError) as err:
+            log.warning("devices unreadable, keeping the last list: %s", err)
+            return
+        if devices == self.devices:
+            return
+        slices_changed = self._slice_view(devices) != self._slice_view(self.devices)
+        with self.changed:
+            self.devices = devices
+            self.generation += 1
+            self.changed.notify_all()
+        log.info("devices: %s", ", ".join(f"{d['name']}={d['health']}" for d in devices) or "none")
+        if slices_changed and self.publisher is not None:
+            self.publisher.update(devices)
+
+    def device(self, name: str) -> dict[str, Any] | None:
+        with self.changed:
+            return next((d for d in self.devices if d["name"] == name), None)
+
+    # -- health --------------------------------------------------------------
+
+    def watch_health(self, context: grpc.ServicerContext) -> Iterator[list[dict[str, str]]]:
+        """The full device list at once, on every change, and every refresh period."""
+        cond = self.changed
+        context.add_callback(lambda: _notify(cond))
+        if next(self.streams) > 0 and self.has("single-stream"):
+            # The bug: updates go to the channel the first stream consumed.
+            with cond:
+                while context.is_active() and not self.stopping.is_set():
+                    cond.wait()
+            return
+        seen, due = -1, 0.0
+        while context.is_active() and not self.stopping.is_set():
+            with cond:
+                now = time.monotonic()
+                if self.generation == seen and now < due:
+                    cond.wait(due - now)
+                    continue
+                seen = self.generation
+                devices = [{"pool": self.pool, "device": d["name"], "health": d["health"], "reason": d["reason"]}
+                           for d in self.devices]
+            yield devices
+            due = time.monotonic() + self.stream_refresh_s
+
+    # -- prepare / unprepare -------------------------------------------------
+
+    def _fetch_claim(self, namespace: str, uid: str, name: str) -> dict[str, Any] | str:
+        """The allocated ResourceClaim, or why not (draplugin.go getResourceClaims, per claim)."""
+        ref = f"{namespace}/{name}"
+        if self.client is None:
+            return f"no API server (--kubeconfig is empty): cannot read ResourceClaim {ref}"
+        try:
+            claim = self.client.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}")
+        except self.api_error as err:
+            if getattr(err, "status", None) == 404:
+                return f"ResourceClaim {ref} not found"
+            return f"retrieve claim {ref}: {err}"
+        except OSError as err:
+            return f"retrieve claim {ref}: {err}"
+        if claim.get("metadata", {}).get("uid") != uid:
+            return f"claim {ref} got replaced (UID {claim.get('metadata', {}).get('uid')}, expected {uid})"
+        if not (claim.get("status") or {}).get("allocation"):
+            return f"claim {ref} not allocated"
+        return claim
+
+    def prepare(self, claims: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+        if self.has("drops-claims-in-batch"):
+            claims = claims[:1]
+        # Slow API calls before serializing, like the helper.
+        with self.claims_lock:
+            known = set(self.prepared)
+        fetched = {uid: self._fetch_claim(ns, uid, name) for ns, uid, name in claims if uid not in known}
+        results: dict[str, dict[str, Any]] = {}
+        with self.claims_lock:
+            before = dict(self.prepared)
+            for ns, uid, name in claims:
+                try:
+                    results[uid] = self._prepare_one(ns, uid, name, fetched.get(uid))
+                except (OSError, ValueError) as err:
+                    results[uid] = {"devices": [], "error": f"prepare claim {ns}/{name}: {err}"}
+            if self.prepared != before:
+                self.checkpoint.save(self.prepared)
+        log.info("prepared %s", ", ".join(f"{u}: {r['error'] or 'OK'}" for u, r in results.items()) or "nothing")
+        return results
+
+    def _prepare_one(self, namespace: str, uid: str, name: str,
+                     fetched: dict[str, Any] | str | None) -> dict[str, Any]:
+        record = self.prepared.get(uid)
+        if record is not None:
+            if self.has("non-idempotent-prepare"):
+                return {"devices": [], "error": f"claim {namespace}/{name} is already prepared"}
+            # Idempotent: the same answer, and the CDI spec back if someone removed it.
+            spec_file = Path(record["cdi_spec"])
+            if not spec_file.exists():
+                cdi.write_spec(spec_file, record["spec"])
+            return {"devices": record["devices"], "error": ""}
+        if fetched is None:  # prepared meanwhile by a concurrent call, then unprepared
+            fetched = self._fetch_claim(namespace, uid, name)
+        if isinstance(fetched, str):
+            return {"devices": [], "error": fetched}
+        allocation = fetched["status"]["allocation"]
+        ours = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == self.driver]
+        in_use = {d["device"]: other for other, rec in self.prepared.items() for d in rec["devices"]}
+        devices: list[dict[str, Any]] = []
+        cdi_devices: dict[str, dict[str, Any]] = {}
+        for r in ours:
+            device_name, pool = r.get("device", ""), r.get("pool", "")
+            device = self.device(device_name)
+            if pool != self.pool or device is None:
+                return {"devices": [], "error": f"claim {namespace}/{name}: device {pool}/{device_name} "
+                                                f"is not one of this node's devices"}
+            if device_name in in_use:
+                # The last line of defense the helper asks drivers to be (draplugin.go PrepareResourceClaims).
+                return {"devices": [], "error": f"claim {namespace}/{name}: device {device_name} is already "
+                                                f"prepared for claim {in_use[device_name]}"}
+            cdi_name = cdi.device_name(uid, device_name, self.nonce)
+            cdi_devices.setdefault(cdi_name, {
+                "name": cdi_name,
+                "node": f"/dev/{device['node']}" if device["node"] else f"/dev/fakelet/{device_name}",
+                "host": device["host_path"],
+                "env": {f"FAKELET_DEVICE_{device['index']}": device_name,
+                        f"FAKELET_DEVICE_{device['index']}_UUID": device["uuid"]},
+            })
+            cdi_id = cdi_name if self.has("wrong-cdi-id") else cdi.qualified_id(self.driver, CDI_CLASS, cdi_name)
+            # Subrequest names are stripped, as the helper does (draplugin.go stripSubrequestNames).
+            devices.append({"requests": [str(r.get("request", "")).split("/")[0]], "pool": pool,
+                            "device": device_name, "cdi_ids": [cdi_id]})
+        spec_file = cdi.spec_path(self.cdi_dir, self.driver, CDI_CLASS, uid)
+        spec = cdi.build_spec(self.driver, CDI_CLASS, uid, list(cdi_devices.values()))
+        cdi.write_spec(spec_file, spec)
+        self.prepared[uid] = {"namespace": namespace, "name": name, "devices": devices,
+                              "cdi_spec": str(spec_file), "spec": spec}
+        return {"devices": devices, "error": ""}
+
+    def unprepare(self, claims: list[tuple[str, str, str]]) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        with self.claims_lock:
+            before = dict(self.prepared)
+            for ns, uid, name in claims:
+                record = self.prepared.pop(uid, None)
+                try:
+                    if record is not None:
+                        cdi.remove_spec(Path(record["cdi_spec"]))
+                    elif self.has("unprepare-unknown-errors"):
+                        errors[uid] = f"claim {ns}/{name} ({uid}) is not prepared"
+                        continue
+                    elif not self.has("forgets-after-restart"):
+                        # Unknown is success (idempotent); a spec of ours left by a crash goes too.
+                        cdi.remove_spec(cdi.spec_path(self.cdi_dir, self.driver, CDI_CLASS, uid))
+                    errors[uid] = ""
+                except OSError as err:
+                    if record is not None:
+                        self.prepared[uid] = record  # try again next time
+                    errors[uid] = f"unprepare claim {ns}/{name}: {err}"
+            if self.prepared != before:
+                self.checkpoint.save(self.prepared)
+        log.info("unprepared %s", ", ".join(f"{u}: {e or 'OK'}" for u, e in errors.items()) or "nothing")
+        return errors
+
+    # -- serving and registering ---------------------------------------------
+
+    def _start_server(self, path: Path, add: list[Callable[[grpc.Server], None]], name: str) -> grpc.Server:
+        # endpoint.go listen: remove a stale socket first, listen would fail otherwise.
+        _unlink(path)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix=name))
+        for fn in add:
+            fn(server)
+        if server.add_insecure_port(unix_target(str(path))) == 0:
+            raise OSError(f"cannot listen on {path}")
+        server.start()
+        log.info("serving %s on %s", name, path)
+        return server
+
+    def _health_services(self) -> list[Callable[[grpc.Server], None]]:
+        # v1 for kubelets from 1.37, v1alpha1 for 1.34 to 1.36: the same stream on both.
+        return [
+            lambda s: drahealth_v1_grpc.add_DRAResourceHealthServicer_to_server(
+                _health_servicer(drahealth_v1, drahealth_v1_grpc, self), s),
+            lambda s: drahealth_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
+                _health_servicer(drahealth_v1alpha1, drahealth_v1alpha1_grpc, self), s),
+        ]
+
+    def serve_dra(self) -> None:
+        self.stop_dra()
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        services: list[Callable[[grpc.Server], None]] = [
+            lambda s: dra_v1beta1_grpc.add_DRAPluginServicer_to_server(
+                _dra_servicer(dra_v1beta1, dra_v1beta1_grpc, self), s)]
+        if not self.has("unserved-version"):
+            services.append(lambda s: dra_v1_grpc.add_DRAPluginServicer_to_server(
+                _dra_servicer(dra_v1, dra_v1_grpc, self), s))
+        if self.has("split-health-socket"):
+            self.health_server = self._start_server(self.plugin_dir / SPLIT_HEALTH_SOCKET, self._health_services(),
+                                                    "health")
+        elif not self.has("no-health"):
+            services += self._health_services()
+        self.dra_server = self._start_server(self.dra_socket, services, "dra")
+
+    def stop_dra(self) -> None:
+        for attr, path in (("dra_server", self.dra_socket), ("health_server", self.plugin_dir / SPLIT_HEALTH_SOCKET)):
+            server = getattr(self, attr)
+            setattr(self, attr, None)
+            if server is not None:
+                _notify(self.changed)  # let health streams see the stop
+                server.stop(grace=1.0).wait(5)
+                _unlink(path)
+
+    def serve_registrar(self) -> None:
+        self.stop_registrar()
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        self.reg_server = self._start_server(
+            self.reg_socket, [lambda s: reg_grpc.add_RegistrationServicer_to_server(RegistrationService(self), s)],
+            "registration")
+
+    def stop_registrar(self) -> None:
+        server, self.reg_server = self.reg_server, None
+        if server is not None:
+            server.stop(grace=0).wait(5)
+            _unlink(self.reg_socket)
+
+    def run(self) -> None:
+        if self.has("stale-socket-crash"):
+            for path in (self.dra_socket, self.reg_socket):
+                if path.exists():
+                    log.error("listen unix %s: bind: address already in use", path)
+                    sys.exit(1)
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.registry_dir.mkdir(parents=True, exist_ok=True)
+        watcher = INotify()
+        sockets = IN.DELETE | IN.MOVED_FROM
+        reg_wd = watcher.add_watch(str(self.registry_dir), sockets)
+        plugin_wd = watcher.add_watch(str(self.plugin_dir), sockets)
+        self.source.watch(watcher)
+        self.refresh()
+        if self.client is not None:
+            self.publisher = SlicePublisher(self.client, self.driver, self.node,
+                                            duplicate_first=self.has("bad-slice")).start()
+            self.publisher.update(self.devices)
+        # Serve first: the kubelet dials the endpoint as soon as it sees the registration socket.
+        self.serve_dra()
+        self.serve_registrar()
+        while not self.terminating.is_set():
+            ready, _, _ = select.select([watcher.fileno(), self._wake_r], [], [])
+            if watcher.fileno() not in ready:
+                continue
+            devices_changed = False
+            for event in watcher.read(timeout=0):
+                if event.wd == reg_wd:
+                    self._on_registry_event(event.name)
+                elif event.wd == plugin_wd:
+                    if event.name == DRA_SOCKET and not self.dra_socket.exists():
+                        log.info("%s deleted; serving again", self.dra_socket)
+                        self.serve_dra()
+                elif self.source.owns(event.wd, event.name):
+                    devices_changed = True
+            if devices_changed:
+                self.source.watch(watcher)  # new device or class directories
+                self.refresh()
+
+    def _on_registry_event(self, name: str) -> None:
+        if name != self.reg_socket.name or self.reg_socket.exists():
+            return  # not ours, or an older socket's deletion (our own stale-socket cleanup)
+        if self.has("no-reregister"):
+            log.info("registration socket %s deleted; not recreating it", self.reg_socket)
+            return
+        log.info("registration socket %s deleted; recreating it", self.reg_socket)
+        if self.dra_server is None or not self.dra_socket.exists():
+            self.serve_dra()
+        self.serve_registrar()
+
+    def request_stop(self) -> None:
+        """From the SIGTERM handler: only set a flag and wake the loop (see device_plugin.py)."""
+        self.terminating.set()
+        os.write(self._wake_w, b"x")
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        _notify(self.changed)
+        # Registration first, so the kubelet stops sending calls to a driver on its way out.
+        self.stop_registrar()
+        if self.publisher is not None:
+            self.publisher.stop()  # the slices stay: see dra_slices.py
+        self.stop_dra()
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="reference-dra", description=__doc__.splitlines()[0])
+    parser.add_argument("--driver-name", required=True, help="DRA driver name (a DNS subdomain)")
+    parser.add_argument("--node-name", required=True, help="this node; also the name of the device pool")
+    parser.add_argument("--kubeconfig", default="", help="API server access; empty: no slices, prepare fails")
+    parser.add_argument("--registry-dir", required=True, help="the kubelet's plugins_registry directory")
+    parser.add_argument("--plugin-dir", required=True, help="where dra.sock goes (plugins/<driver>)")
+    parser.add_argument("--cdi-dir", required=True, help="where CDI spec files go")
+    parser.add_argument("--sysfs-root", required=True, help="root of the fake device backend's tree")
+    parser.add_argument("--state-dir", required=True, help="where the prepared-claims checkpoint lives")
+    parser.add_argument("--health-refresh-s", type=float, default=10.0,
+                        help=f"resend device health this often (default 10; below the kubelet's "
+                             f"{KUBELET_HEALTH_TIMEOUT_S:g} s health timeout)")
+    parser.add_argument("--temp-threshold-c", type=float, default=85.0, help="overtemperature: UNHEALTHY above")
+    parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
+                        help="HEALTHY again only below threshold minus this")
+    parser.add_argument("--defect", choices=sorted(DRA_DEFECTS), help="run as a mutant with this bug")
+    args = parser.parse_args(argv)
+    if not 0 < args.health_refresh_s < KUBELET_HEALTH_TIMEOUT_S:
+        parser.error(f"--health-refresh-s must be above 0 and below {KUBELET_HEALTH_TIMEOUT_S:g}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s reference-dra %(levelname)s %(message)s")
+    try:
+        driver = ReferenceDriver(args)
+    except (OSError, ValueError, RuntimeError, ImportError) as err:
+        # RuntimeError: the API client's errors (an unusable kubeconfig).
+        print(f"reference-dra: {err}", file=sys.stderr)
+        return 2
+
+    def on_term(signum: int, frame: object) -> None:
+        driver.request_stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        driver.run()
+        log.info("terminating")
+    except KeyboardInterrupt:
+        log.info("interrupted")
+    finally:
+        driver.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""What several DRA checks share: getting a driver registered, published and prepared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.checks import expect
+from harness.draenv import DRAEnv
+from harness.timeline import Event
+
+
+def registered(env: DRAEnv) -> Event:
+    env.start()
+    return env.wait_dra_registered()
+
+
+def published(env: DRAEnv, count: int = 1) -> Event:
+    """Registered, and its ResourceSlices offer at least `count` devices (needs the API server)."""
+    env.need_api()
+    reg = registered(env)
+    env.wait_allocatable(count)
+    return reg
+
+
+def prepared(env: DRAEnv, count: int = 1) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
+    """A pod with one claim of `count` devices, prepared through the kubelet's connection.
+
+    Returns the pod, the allocated claim and that claim's result.
+    """
+    published(env, count)
+    pod = env.new_pod()
+    claim = env.allocated_claim(pod, count)
+    uid = claim["metadata"]["uid"]
+    result = env.conn().node_prepare([env.claim_ref(claim)], timeout_s=env.profile.dra_call_timeout_s)
+    expect(uid in result, f"a result for claim {uid}", f"results for {sorted(result)}")
+    expect(not result[uid]["error"], "no error preparing an allocated claim", repr(result[uid]["error"]))
+    return pod, claim, result[uid]
+
+
+def device_set(result: dict[str, Any]) -> list[tuple[str, str]]:
+    return sorted((d["pool"], d["device"]) for d in result["devices"])
