@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from harness.controlplane import ApiError, ControlPlane
-from harness.controlplane.allocator import Allocator
+from harness.controlplane.allocator import AllocationError, Allocator
 from harness.controlplane.client import RESOURCE_API, KubeClient
 from harness.draprobe import DRAProbe
 from harness.env import DPEnv, SubjectUnavailable
@@ -231,7 +231,11 @@ class DRAEnv(DPEnv):
         assert self.allocator is not None
         self.allocator.ensure_device_class(self.device_class, self.driver)
         claim = self.allocator.create_claim(self.node_name, f"{name}-{short_id()}", self.device_class, count)
-        return self.allocator.allocate(claim, self.node_name, self.driver, pod)
+        try:
+            return self.allocator.allocate(claim, self.node_name, self.driver, pod)
+        except AllocationError as err:  # what the driver published cannot be allocated: its verdict
+            raise AssertionError(f"expected the driver's ResourceSlices to offer {count} allocatable device(s) "
+                                 f"on node {self.node_name}; the scheduler saw: {err}") from None
 
     def wait_allocatable(self, count: int = 1, since_ns: int = 0) -> Event:
         """Slices that offer at least `count` devices (the driver has published)."""

@@ -50,7 +50,8 @@ def test_profile_documents_every_defect() -> None:
 def run_args(spec: SubjectSpec, request: pytest.FixtureRequest) -> list[str]:
     if not spec.is_dra:
         return []
-    return ["--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
+    # Most of a DRA mutant run is waiting out bounds (T) on checks it fails: more jobs, same CPU.
+    return ["--jobs", "3", "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
 
 
 @pytest.mark.slow

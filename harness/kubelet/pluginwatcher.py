@@ -370,7 +370,10 @@ class PluginWatcher:
             client.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=registered, error=error),
                                             timeout=NOTIFY_TIMEOUT_S)
         except grpc.RpcError as err:
+            self.timeline.record("pluginwatcher.notify", "pluginwatcher", registered=registered,
+                                 code=err.code().name, details=err.details())
             return f"{error}: {go_status(err)}" if error else go_status(err)
+        self.timeline.record("pluginwatcher.notify", "pluginwatcher", registered=registered, code="OK", details="")
         return None
 
     def _unregister(self, path: str, plugin: _Registered) -> None:

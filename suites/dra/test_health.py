@@ -69,6 +69,8 @@ def backend_device(env: DRAEnv, capability: str, first: Event) -> str:
 def test_stream(dra_env: DRAEnv) -> None:
     env = dra_env
     first = first_health(env)
+    if env.client is not None:
+        env.wait_allocatable(1)  # compare with what the driver publishes, once it has
     want = expected_devices(env)
     if want is not None:
         expect(set(health_of(first)) == want, f"the full device list {sorted(want)}", str(sorted(health_of(first))))
