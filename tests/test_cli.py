@@ -53,6 +53,12 @@ def leftovers(tmp: Path) -> list[str]:
      "either --subject or --plugin-cmd"),
     (["run", "--profile", "warp"], "invalid choice: 'warp'"),
     (["run", "--seed", "many"], "invalid int value: 'many'"),
+    (["run", "--subject", "reference-dra", "--kubelet-version", "1.12"], "unknown kubelet version '1.12'"),
+    (["run", "--subject", "reference-dra", "--control-plane", "kubeconfig:/nonexistent"],
+     "no such kubeconfig file"),
+    (["run", "--subject", "reference-dra", "--control-plane", "cloud"], "--control-plane 'cloud'"),
+    (["run", "--plugin-cmd", "/bin/true", "--kind", "dra"], "--plugin-cmd needs --driver"),
+    (["run", "--plugin-cmd", "/bin/true", "--driver", "x.example.com"], "--driver is for --kind dra"),
 ])
 def test_bad_input_is_a_clear_error(tmp: Path, tmp_path: Path, args: list[str], message: str) -> None:
     proc = fakelet(tmp, *args, "--out", str(tmp_path / "out"), timeout=60)
@@ -175,4 +181,33 @@ def test_plugin_cmd_in_mount_namespace_never_touches_host_kubelet_dir(tmp: Path,
     assert host_dir.exists() == existed
     if existed:
         assert sorted(p.name for p in host_dir.iterdir()) == before
+    assert leftovers(tmp) == []
+
+
+@pytest.mark.parametrize(("version", "dra", "health"), [("1.32", "v1beta1", "none"), ("newest", "v1", "v1")])
+def test_kubelet_version_decides_what_is_negotiated(tmp: Path, tmp_path: Path, version: str, dra: str,
+                                                    health: str) -> None:
+    """The version-skew matrix is one flag: the report says what the fake kubelet negotiated."""
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--subject", "reference-dra", "--kubelet-version", version, "--control-plane", "none",
+                   "--check", "DRA-REG-02", "--check", "DRA-HLT-03", "--out", str(out))
+    report = json.loads((out / "report.json").read_text())
+    assert report["kind"] == "dra"
+    assert report["api_versions"]["dra"] == dra and report["api_versions"]["dra-health"] == health, report
+    assert f"dra {dra}, dra-health {health}" in proc.stdout
+    assert leftovers(tmp) == []
+
+
+def test_pytest_plugin_runs_dra_checks(tmp: Path, tmp_path: Path) -> None:
+    """`pytest --pyargs suites.dra --fakelet-subject ...` works in anyone's CI, API server or not."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "suites.dra",
+                           "--fakelet-subject", "reference-dra", "--fakelet-control-plane", "none",
+                           "--fakelet-check", "DRA-REG-01", "--fakelet-check", "DRA-PRP-01", "--fakelet-out", str(out)],
+                          capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(tmp)), timeout=RUN_TIMEOUT_S)
+    report = json.loads((out / "report.json").read_text())
+    verdicts = {c["id"]: (c["verdict"], c["detail"]) for c in report["checks"]}
+    assert verdicts["DRA-REG-01"][0] == "pass", (verdicts, proc.stdout)
+    assert verdicts["DRA-PRP-01"] == ("skip", "needs a kube-apiserver: no API server: control plane 'none' was chosen")
+    assert report["summary"]["conformant"] is False  # a skipped MUST check is never a pass
     assert leftovers(tmp) == []

@@ -58,6 +58,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
     def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext) -> Iterator[dp.ListAndWatchResponse]:  # noqa: N802
         cond = self.p.changed
         context.add_callback(lambda: _notify(cond))
+        # When the kubelet goes away, this fires at once on a gRPC thread; the
+        # main loop may see kubelet.sock's deletion only later, under load.
+        context.add_callback(self.p.stream_ended)
         seen = -1
         sent: dict[str, str] = {}  # partial-list mutant: what this stream last said per device
         close_at: float | None = None  # close-stream mutant
@@ -164,6 +167,7 @@ class ReferencePlugin:
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
+        self.last_stream_end: float | None = None  # when the kubelet's last ListAndWatch ended
         self.terminating = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self.server: grpc.Server | None = None
@@ -326,6 +330,9 @@ class ReferencePlugin:
                     self.source.watch(watcher)  # new device or class directories
                     self.refresh()
 
+    def stream_ended(self) -> None:
+        self.last_stream_end = time.monotonic()
+
     def request_stop(self) -> None:
         """From the SIGTERM handler: only set a flag and wake the loop.
 
@@ -373,8 +380,11 @@ class _RegisterLoop:
         self.gone_since = time.monotonic()
 
     def kubelet_appeared(self) -> None:
-        outage = time.monotonic() - self.gone_since if self.gone_since is not None else 0.0
-        self.gone_since = None
+        # The outage began at the earlier of the stream's end and the socket's deletion being seen:
+        # inotify events carry no time, and a busy loop may read a deletion and a creation together.
+        began = [t for t in (self.gone_since, self.p.last_stream_end) if t is not None]
+        outage = time.monotonic() - min(began) if began else 0.0
+        self.gone_since = self.p.last_stream_end = None
         if self.p.has("bounded-retry") and outage > BOUNDED_RETRY_S:
             log.warning("kubelet was gone %.1fs; giving up on it", outage)
             self.gave_up = True

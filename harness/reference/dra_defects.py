@@ -22,6 +22,7 @@ DRA_DEFECTS: dict[str, str] = {
     # restarts
     "forgets-after-restart": "ignores its checkpoint and names CDI devices per process",
     "no-reregister": "does not recreate its registration socket when it is deleted",
+    "one-kubelet-only": "shuts its registration server down once a kubelet accepted it, so no later kubelet can",
     "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
     # health
     "no-health": "does not implement DRAResourceHealth",

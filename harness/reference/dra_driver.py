@@ -213,6 +213,9 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     ) -> reg.RegistrationStatusResponse:
         if request.plugin_registered:
             log.info("registered with the kubelet")
+            if self.d.has("one-kubelet-only"):
+                # The bug: a registrar that thinks its job is done once accepted.
+                threading.Thread(target=self.d.stop_registrar, daemon=True, name="registrar-stop").start()
             return reg.RegistrationStatusResponse()
         # The kubelet keeps our socket in its desired state and retries with
         # backoff, so staying up and serving is all recovery needs.
@@ -596,7 +599,7 @@ class ReferenceDriver:
     def _on_registry_event(self, name: str) -> None:
         if name != self.reg_socket.name or self.reg_socket.exists():
             return  # not ours, or an older socket's deletion (our own stale-socket cleanup)
-        if self.has("no-reregister"):
+        if self.has("no-reregister") or self.has("one-kubelet-only"):
             log.info("registration socket %s deleted; not recreating it", self.reg_socket)
             return
         log.info("registration socket %s deleted; recreating it", self.reg_socket)
