@@ -22,7 +22,7 @@ DRA_DEFECTS: dict[str, str] = {
     # restarts
     "forgets-after-restart": "ignores its checkpoint and names CDI devices per process",
     "no-reregister": "does not recreate its registration socket when it is deleted",
-    "one-kubelet-only": "shuts its registration server down once a kubelet accepted it, so no later kubelet can",
+    "one-kubelet-only": "stops answering GetInfo once a kubelet accepted it, so no later kubelet can register it",
     "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
     # health
     "no-health": "does not implement DRAResourceHealth",

@@ -200,6 +200,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         self.d = driver
 
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:  # noqa: N802
+        if self.d.has("one-kubelet-only") and self.d.accepted:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "registration already done")
         if self.d.has("getinfo-slow"):
             self.d.stopping.wait(GETINFO_SLOW_S)
         endpoint = self.d.plugin_dir / WRONG_ENDPOINT if self.d.has("wrong-endpoint") else self.d.dra_socket
@@ -213,9 +215,8 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     ) -> reg.RegistrationStatusResponse:
         if request.plugin_registered:
             log.info("registered with the kubelet")
-            if self.d.has("one-kubelet-only"):
-                # The bug: a registrar that thinks its job is done once accepted.
-                threading.Thread(target=self.d.stop_registrar, daemon=True, name="registrar-stop").start()
+            # one-kubelet-only's bug: a registrar that thinks its job is done once accepted.
+            self.d.accepted = True
             return reg.RegistrationStatusResponse()
         # The kubelet keeps our socket in its desired state and retries with
         # backoff, so staying up and serving is all recovery needs.
@@ -281,6 +282,7 @@ class ReferenceDriver:
         self.dra_server: grpc.Server | None = None
         self.health_server: grpc.Server | None = None  # split-health-socket only
         self.reg_server: grpc.Server | None = None
+        self.accepted = False  # a kubelet accepted the registration (one-kubelet-only stops answering then)
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
