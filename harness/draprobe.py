@@ -16,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 
 from harness.grpcutil import CHANNEL_OPTIONS, unix_target
 from harness.interceptors import RecordingClientInterceptor
+from harness.kubelet.dramanager import results_to_dict
 from harness.timeline import Timeline
 from harness.wire import (
     dra_v1,
@@ -46,16 +47,6 @@ except ImportError:  # pragma: no cover - the stubs are committed
 Claim = tuple[str, str, str]  # namespace, uid, name
 
 
-def results(response: Any) -> dict[str, dict[str, Any]]:
-    """A prepare or unprepare response as {uid: {"devices": [...], "error": str}}."""
-    out: dict[str, dict[str, Any]] = {}
-    for uid, result in response.claims.items():
-        devices = [{"pool": d.pool_name, "device": d.device_name, "requests": list(d.request_names),
-                    "cdi_ids": list(d.cdi_device_ids)} for d in getattr(result, "devices", [])]
-        out[uid] = {"devices": devices, "error": result.error}
-    return out
-
-
 class DRAProbe:
     """One connection to one socket of a DRA plugin."""
 
@@ -72,13 +63,15 @@ class DRAProbe:
         module, stub = SERVICES[version]
         request = module.NodePrepareResourcesRequest(
             claims=[module.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims])
-        return results(stub(self.channel).NodePrepareResources(request, timeout=timeout_s, wait_for_ready=True))
+        response = stub(self.channel).NodePrepareResources(request, timeout=timeout_s, wait_for_ready=True)
+        return results_to_dict(response, unprepare=False)
 
     def unprepare(self, version: str, claims: list[Claim], timeout_s: float = CALL_TIMEOUT_S) -> dict[str, dict]:
         module, stub = SERVICES[version]
         request = module.NodeUnprepareResourcesRequest(
             claims=[module.Claim(namespace=ns, uid=uid, name=name) for ns, uid, name in claims])
-        return results(stub(self.channel).NodeUnprepareResources(request, timeout=timeout_s, wait_for_ready=True))
+        response = stub(self.channel).NodeUnprepareResources(request, timeout=timeout_s, wait_for_ready=True)
+        return results_to_dict(response, unprepare=True)
 
     def watch_health(self, version: str, timeout_s: float) -> Iterator[list[dict[str, Any]]]:
         """The plugin's NodeWatchResources messages, each as a list of devices, until `timeout_s`.

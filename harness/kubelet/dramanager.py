@@ -114,7 +114,7 @@ def _share_id(device: Any) -> str | None:
     return None
 
 
-def _results_to_dict(response: Any, unprepare: bool) -> dict[str, dict]:
+def results_to_dict(response: Any, unprepare: bool) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for uid, result in response.claims.items():
         entry: dict[str, Any] = {"error": result.error}
@@ -164,14 +164,14 @@ class DRAPluginConn:
         """NodePrepareResources; {uid: {"devices": [...], "error": str}}. gRPC errors propagate."""
         mod = DRA_MESSAGES[self.service]
         request = mod.NodePrepareResourcesRequest(claims=self._claims(claims))
-        return self._record("dra.prepare", claims, via, lambda: _results_to_dict(
+        return self._record("dra.prepare", claims, via, lambda: results_to_dict(
             self._call("NodePrepareResources", request, mod.NodePrepareResourcesResponse, timeout_s), False))
 
     def node_unprepare(self, claims: list[Claim], timeout_s: float | None = None, via: str = "raw") -> dict:
         """NodeUnprepareResources; {uid: {"error": str}}. gRPC errors propagate."""
         mod = DRA_MESSAGES[self.service]
         request = mod.NodeUnprepareResourcesRequest(claims=self._claims(claims))
-        return self._record("dra.unprepare", claims, via, lambda: _results_to_dict(
+        return self._record("dra.unprepare", claims, via, lambda: results_to_dict(
             self._call("NodeUnprepareResources", request, mod.NodeUnprepareResourcesResponse, timeout_s), True))
 
     def _record(self, kind: str, claims: list[Claim], via: str, call: Callable[[], dict]) -> dict:

@@ -11,6 +11,7 @@ import re
 RESOURCE_DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"  # core/v1 types.go ResourceDefaultNamespacePrefix
 DEFAULT_RESOURCE_REQUESTS_PREFIX = "requests."  # core/v1 types.go DefaultResourceRequestsPrefix
 DNS1123_SUBDOMAIN_MAX_LENGTH = 253  # apimachinery validation.go DNS1123SubdomainMaxLength
+DNS1123_LABEL_MAX_LENGTH = 63  # apimachinery validation.go DNS1123LabelMaxLength
 QUALIFIED_NAME_MAX_LENGTH = 63  # apimachinery validation.go qualifiedNameMaxLength
 
 # Go's regexp anchors `$` at the very end of the text, Python's `$` also before
@@ -18,6 +19,10 @@ QUALIFIED_NAME_MAX_LENGTH = 63  # apimachinery validation.go qualifiedNameMaxLen
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def is_dns1123_label(value: str) -> bool:
+    return len(value) <= DNS1123_LABEL_MAX_LENGTH and bool(re.fullmatch(_DNS1123_LABEL, value))
 
 
 def is_dns1123_subdomain(value: str) -> bool:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 from harness.checks import expect
 from harness.draenv import DRAEnv
 from harness.timeline import Event
+
+
+def is_socket(path: str) -> tuple[bool, str]:
+    """Whether `path` is a unix socket, and if not, why."""
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode), "not a socket"
+    except OSError as err:
+        return False, err.strerror or str(err)
 
 
 def registered(env: DRAEnv) -> Event:

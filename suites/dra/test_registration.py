@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import stat
 from pathlib import Path
 
 import grpc
@@ -13,15 +10,14 @@ from harness.checks import MUST, SHOULD, check, expect, not_applicable
 from harness.draenv import HOST_KUBELET_DIR, DRAEnv
 from harness.draprobe import HEALTH, SERVICES, DRAProbe
 from harness.kubelet.pluginwatcher import DRA_PLUGIN, GETINFO_TIMEOUT_S
+from harness.kubelet.validation import is_dns1123_subdomain
 from harness.kubelet.versions import KUBELET_VERSIONS
 from harness.sandbox import SOCKET_PATH_MAX
-from suites.dra.common import registered
+from suites.dra.common import is_socket, registered
 
 # Every GetInfo version string some kubelet we model understands: DRA and health services.
 HEALTH_SERVICES = {f"{version}.DRAResourceHealth": version for version in HEALTH}
 KNOWN_VERSIONS = sorted({s for v in KUBELET_VERSIONS.values() for s in v.dra_services} | set(HEALTH_SERVICES))
-DNS1123_SUBDOMAIN_MAX = 253  # apimachinery validation.DNS1123SubdomainMaxLength
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # The paths a driver's sockets conventionally take (k8s.io/dynamic-resource-allocation kubeletplugin
 # defaults: <registrar dir>/<driver>-reg.sock and <plugins dir>/<driver>/dra.sock).
 CONVENTIONAL_SOCKETS = (f"{HOST_KUBELET_DIR}/plugins_registry/{{}}-reg.sock",
@@ -30,13 +26,6 @@ CONVENTIONAL_SOCKETS = (f"{HOST_KUBELET_DIR}/plugins_registry/{{}}-reg.sock",
 
 # Status codes that mean the plugin never handled a call (gRPC itself produced them).
 UNANSWERED = ("UNIMPLEMENTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "CANCELLED")
-
-
-def is_socket(path: str) -> tuple[bool, str]:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode), "not a socket"
-    except OSError as err:
-        return False, err.strerror or str(err)
 
 
 @check("DRA-REG-01", MUST,
@@ -143,7 +132,7 @@ def test_driver_name(dra_env: DRAEnv) -> None:
     env = dra_env.start()
     info = env.wait_getinfo()
     name = info.get("name") or ""
-    expect(0 < len(name) <= DNS1123_SUBDOMAIN_MAX and DNS1123_SUBDOMAIN.match(name),
+    expect(is_dns1123_subdomain(name),
            "a lowercase RFC 1123 DNS subdomain", repr(name))
     too_long = [p.format(name) for p in CONVENTIONAL_SOCKETS if len(p.format(name)) > SOCKET_PATH_MAX]
     expect(not too_long, f"socket paths built from the name within {SOCKET_PATH_MAX} bytes",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import stat
 
 from harness.checks import MUST, SHOULD, check, expect
 from harness.draenv import DRAEnv
-from suites.dra.common import registered
+from suites.dra.common import is_socket, registered
 
 
 def serves_prepare(env: DRAEnv) -> None:
@@ -45,25 +44,13 @@ def test_plugin_restart(dra_env: DRAEnv) -> None:
     serves_prepare(env)
 
 
-def registration_sockets(env: DRAEnv) -> list[str]:
-    out = []
-    for root, _, files in os.walk(env.sandbox.registry_dir):
-        for name in files:
-            path = os.path.join(root, name)
-            try:
-                if stat.S_ISSOCK(os.lstat(path).st_mode):
-                    out.append(path)
-            except OSError:
-                continue
-    return out
-
-
 @check("DRA-RST-03", SHOULD, "when its registration socket is deleted, the plugin re-creates it and registers again")
 def test_registration_socket_deleted(dra_env: DRAEnv) -> None:
     env = dra_env
     registered(env)
     socket = env.registration_socket()
-    expect(socket in registration_sockets(env), f"the registration socket {socket}", "it missing")
+    ok, why = is_socket(socket)
+    expect(ok, f"the registration socket {socket}", why)
     # A kubelet whose root directory is wiped (a node re-provisioned under a
     # running DaemonSet, a kubelet pod with an emptyDir) loses plugins_registry.
     env.node.stop_kubelet()

@@ -8,24 +8,22 @@ from typing import Any
 
 from harness.checks import MUST, SHOULD, check, expect, not_applicable
 from harness.draenv import DRAEnv
+from harness.kubelet.validation import is_dns1123_label, is_dns1123_subdomain
 from harness.timeline import Event
 from suites.dra.common import registered
 
 # resource.k8s.io validation (k8s.io/kubernetes pkg/apis/resource/validation/validation.go).
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL_MAX = 63  # apimachinery validation.DNS1123LabelMaxLength
-C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ATTRIBUTE_ID_MAX = 32  # resource.k8s.io types.go DeviceMaxIDLength
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ATTRIBUTE_TYPES = ("int", "bool", "string", "version")  # resource.k8s.io DeviceAttribute: exactly one
 
 
 def qualified_name_error(name: str) -> str | None:
     """resource.k8s.io QualifiedName: an optional DNS-subdomain domain, '/', a C identifier of <= 32."""
     domain, _, ident = name.rpartition("/")
-    if domain and not DNS1123_SUBDOMAIN.match(domain):
+    if domain and not is_dns1123_subdomain(domain):
         return f"{name!r}: domain {domain!r} is not a DNS subdomain"
-    if not C_IDENTIFIER.match(ident) or len(ident) > ATTRIBUTE_ID_MAX:
+    if not C_IDENTIFIER.fullmatch(ident) or len(ident) > ATTRIBUTE_ID_MAX:
         return f"{name!r}: {ident!r} is not a C identifier of at most {ATTRIBUTE_ID_MAX} characters"
     return None
 
@@ -57,7 +55,7 @@ def slice_errors(env: DRAEnv, slices: list[dict[str, Any]]) -> list[str]:
 def device_errors(pool: str, device: dict[str, Any], seen: set[str]) -> list[str]:
     errors = []
     name = device.get("name", "")
-    if not DNS1123_LABEL.match(name) or len(name) > DNS1123_LABEL_MAX:
+    if not is_dns1123_label(name):
         errors.append(f"pool {pool!r}: device name {name!r} is not a DNS label")
     if name in seen:
         errors.append(f"pool {pool!r}: device name {name!r} appears twice")
