@@ -123,7 +123,8 @@ class Driver:
 
 def get_info(driver: Driver) -> reg.PluginInfo:
     with insecure_unix_channel(str(driver.reg_socket)) as ch:
-        return reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=1.0)
+        # The socket file exists from bind(), a moment before listen(): wait for ready, within the same 1 s.
+        return reg_grpc.RegistrationStub(ch).GetInfo(reg.InfoRequest(), timeout=1.0, wait_for_ready=True)
 
 
 def claims(pb: Any, *refs: tuple[str, str, str]) -> list[Any]:
