@@ -16,7 +16,11 @@ import pytest
 
 MUST = "MUST"
 SHOULD = "SHOULD"
+# Skip reasons carry the verdict kind as a prefix; the pytest plugin maps them
+# (reports/model.py has what each kind means).
 NOT_APPLICABLE = "not applicable: "
+NOT_EXERCISED = "not exercised: "
+INSTALL_MARK = " [install: "  # a skip reason's tail: the one command that installs what was missing
 
 
 # Every check defined so far, by ID: filled as suite modules are imported.
@@ -50,5 +54,25 @@ def expect(condition: object, expected: str, seen: str) -> None:
 
 
 def not_applicable(reason: str) -> None:
-    """Skip a check whose precondition the subject does not meet (not a failure, not a pass)."""
+    """Skip a check for an optional API feature the plugin does not advertise (n/a)."""
     pytest.skip(NOT_APPLICABLE + reason)
+
+
+def not_exercised(reason: str) -> None:
+    """End a check that found nothing to test: never a pass, and the reason says why."""
+    pytest.skip(NOT_EXERCISED + reason)
+
+
+def with_install(reason: str, install: str) -> str:
+    return reason + (f"{INSTALL_MARK}{install}]" if install else "")
+
+
+def unavailable(reason: str, install: str = "") -> None:
+    """Skip a check this machine cannot run (a component is missing); `install` is the fix, if known."""
+    pytest.skip(with_install(reason, install))
+
+
+def split_install(reason: str) -> tuple[str, str]:
+    """A skip reason without its install tail, and the install command ('' if none)."""
+    head, mark, tail = reason.partition(INSTALL_MARK)
+    return (head, tail.removesuffix("]")) if mark else (reason, "")

@@ -33,7 +33,7 @@ from harness.profiles import PROFILES
 from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig
 from harness.session import Session
 from harness.subjects import ProfileError, all_subjects
-from reports.model import SubjectReport
+from reports.model import CONFORMANT, EXIT_CODES, SubjectReport, run_status
 from reports.writers import write_all
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
@@ -180,32 +180,45 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
     return SubjectReport.from_dict(json.loads((out / "report.json").read_text()))
 
 
+def counts(s: dict) -> str:
+    return (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
+            f"{s['skip']} skip, {s['error']} error")
+
+
 def print_report(report: SubjectReport) -> None:
     s = report.summary()
     name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
     if report.kind == "dra":
         name += " (" + ", ".join(f"{k} {v}" for k, v in report.api_versions.items()) + ")"
-    print(f"\n{name}: {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error "
-          f"({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
+    print(f"\n{name}: {counts(s)} ({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
     for c in report.checks:
         first = (c.detail.splitlines() or [""])[0]
-        print(f"  {c.verdict.upper():5} {c.id:10} {c.level:6} {first[:110]}")
+        print(f"  {c.verdict.upper():13} {c.id:10} {c.level:6} {first[:110]}")
+        for note in c.notes:
+            if note.startswith("slow"):
+                print(f"  {'':13} {'':10} {'':6} {note[:110]}")
         if c.verdict in ("fail", "error"):
             print(f"        reproduce: {c.repro}")
-    print(f"  => {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}")
+    for finding in report.findings:
+        print(f"  finding: {finding}")
+    for hint in report.install_hints():
+        print(f"  to run what was skipped, install: {hint}")
+    print(f"  => {report.coverage_line()}")
 
 
 def write_index(reports: list[SubjectReport], out: Path) -> None:
+    status = run_status(reports)
     index = {"schema_version": reports[0].schema_version if reports else "1",
              "runs": [r.to_dict() for r in reports],
-             "summary": {"subjects": len(reports), "conformant": all(r.conformant() for r in reports)}}
+             "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
     (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
-    lines = ["# fakelet conformance", "", "| subject | pass | fail | skip | error | verdict |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["# fakelet conformance", "", f"**{status}**", "",
+             "| subject | pass | fail | not exercised | n/a | skip | error | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in reports:
         s = r.summary()
-        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['skip']} | "
-                     f"{s['error']} | {'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'} |")
+        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['not-exercised']} | "
+                     f"{s['n/a']} | {s['skip']} | {s['error']} | {r.coverage_line()} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
@@ -246,8 +259,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_index(reports, out)
     else:
         write_all(reports[0], out)
+    status = run_status(reports)
+    if len(reports) > 1:
+        print(f"\nrun: {status}")
     print(f"\nreports: {out}/")
-    return EXIT_OK if all(r.conformant() for r in reports) else EXIT_NONCONFORMANT
+    return EXIT_CODES[status]
 
 
 def cmd_subjects() -> int:

@@ -15,10 +15,17 @@ from typing import Any
 
 import yaml
 
+try:
+    from fake_devices.access import AccessTrace
+except ImportError:  # TEMP until fake_devices/access.py lands
+    AccessTrace = None  # type: ignore[assignment,misc]
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
+from harness.checks import not_exercised
+from harness.devicemap import DeviceMap, HardwareDevice, map_devices
 from harness.filewatch import FileWatch
 from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher
+from harness.listing import Listing, wait_settled
 from harness.node import FakeNode
 from harness.probe import ProbeClient
 from harness.profiles import Profile
@@ -49,6 +56,12 @@ class DPEnv:
         self.inventory: list[dict[str, Any]] | None = None
         self.devices: DeviceBackend | None = None
         self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
+        # What the check learned besides its verdict, handed to the report at teardown.
+        self.notes: list[str] = []  # per check: slow reactions, the device mapping used
+        self.facts: dict[str, Any] = {}  # per subject: files read, mapping, device nodes
+        self.findings: list[str] = []  # per subject: e.g. detached processes
+        self._device_map: DeviceMap | None = None
+        self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         try:
             self.subject = self._make_launcher()
         except BaseException:
@@ -146,6 +159,9 @@ class DPEnv:
         self.node.start_kubelet()
 
     def start_subject(self) -> None:
+        if self.devices is not None and self.access is None and AccessTrace is not None:
+            # Before the plugin starts, so that its first scan is seen too.
+            self.access = AccessTrace(self.devices.root, self.timeline).start()
         self.subject.start()
 
     def start(self) -> DPEnv:
@@ -157,6 +173,7 @@ class DPEnv:
         try:
             self.subject.stop()
         finally:
+            self._gather_facts()
             self.stop_scripts.set()
             self.node.close()
             self.files.stop()
@@ -168,6 +185,17 @@ class DPEnv:
                 if self.subject.log_path.exists():
                     shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
             self.sandbox.close()
+
+    def _gather_facts(self) -> None:
+        """Subject-level facts for the report: what it read of the fake hardware, what it left running."""
+        if self.access is not None:
+            self.access.stop()
+            self.facts["fake hardware read"] = self.access.summary()
+        if self.devices is not None and not self.devices.char_devices:
+            self.facts["device nodes"] = f"regular files: {self.devices.materializer.mknod_error or 'no mknod'}"
+        finding = getattr(self.subject, "detached_finding", lambda: None)()
+        if finding:
+            self.findings.append(finding)
 
     def __enter__(self) -> DPEnv:
         return self
@@ -196,21 +224,118 @@ class DPEnv:
             return self._exit_abort(e) or (
                 e.kind == "kubelet.register" and not e.get("accepted")
                 and any(p in e.get("error", "") for p in PERMANENT_REJECTIONS))
-        return self.timeline.wait_for(
+        reg = self.timeline.wait_for(
             lambda e: e.kind == "kubelet.register" and bool(e.get("accepted")),
             timeout_s or self.profile.reaction_s, f"an accepted registration of {self.spec.resource}",
             since_ns, abort=permanent, relevant=REGISTRATION_KINDS)
+        if since_ns:
+            self.timed(reg, since_ns, "registered")
+        return reg
 
-    def wait_first_list(self, endpoint_id: int, since_ns: int = 0, timeout_s: float | None = None) -> Event:
-        return self.timeline.wait_for(
-            lambda e: e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint_id,
-            timeout_s or self.profile.reaction_s, "a ListAndWatch response", since_ns,
-            abort=lambda e: e.kind == "kubelet.stream_end" and e.get("endpoint_id") == endpoint_id,
-            relevant=("grpc.stream_msg", "kubelet.stream_end", "kubelet.register", "process.exit"))
+    def settled(self, reg: Event, since_ns: int | None = None) -> Listing:
+        """The plugin's device list as the kubelet holds it once it stops changing (harness/listing.py)."""
+        since = reg.t_ns if since_ns is None else since_ns
+        listing = wait_settled(self.timeline, reg.get("endpoint_id"), self.profile.reaction_s, since,
+                               abort=self._exit_abort)
+        if listing.event is not None:
+            self.timed(listing.event, since, "the device list settled")
+        return listing
 
-    def registered_and_listed(self, since_ns: int = 0) -> tuple[Event, Event]:
+    def registered_and_listed(self, since_ns: int = 0) -> tuple[Event, Listing]:
         reg = self.wait_registered(since_ns)
-        return reg, self.wait_first_list(reg.get("endpoint_id"), since_ns)
+        return reg, self.settled(reg)
+
+    def need_devices(self, listing: Listing, count: int = 1, healthy: bool = True) -> list[str]:
+        """The listed (healthy) device IDs, or end the check as not exercised when there are too few."""
+        ids = listing.healthy if healthy else listing.ids
+        if len(ids) < count:
+            what = "healthy devices" if healthy else "devices"
+            not_exercised(f"the plugin listed {len(ids)} {what} ({listing.describe()}); this check needs {count}")
+        return ids
+
+    def timed(self, event: Event, since_ns: int, what: str) -> None:
+        """Note a reaction slower than the profile's budget (it passed: it was within the bound)."""
+        took = (event.t_ns - max(since_ns, self.timeline.origin_ns)) / 1e9
+        if self.profile.slow(took):
+            self.note(f"slow: {what} after {took:.1f}s, within the kubelet's {self.profile.reaction_s:g}s bound "
+                      f"(the {self.profile.name} profile's budget is {self.profile.budget_s:g}s)")
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    # -- the fake hardware as the plugin names it ----------------------------------
+
+    def hardware(self) -> list[HardwareDevice]:
+        if self.devices is None:
+            return [HardwareDevice(d["id"]) for d in self.inventory or []]
+        out = []
+        for d in self.devices.devices():
+            if not d.present:
+                continue
+            paths = [str(self.devices.materializer.node_path(d))]
+            paths += [str(p) for p in self.devices.materializer.drm_node_paths(d)]
+            out.append(HardwareDevice(d.id, tuple(paths), (d.uuid, d.serial, d.pci_address)))
+        return out
+
+    def device_map(self, reg: Event, listing: Listing) -> DeviceMap:
+        """Plugin device ID <-> inventory device (harness/devicemap.py), learned once per check and reported."""
+        if self._device_map is None:
+            def allocate(device_id: str) -> Any:
+                with self.probe(reg) as probe:
+                    return probe.allocate([[device_id]]).container_responses[0]
+            explicit = getattr(self.spec, "device_map", None)
+            self._device_map = map_devices(listing.ids, self.hardware(), explicit, allocate)
+            self.facts["device mapping"] = self._device_map.describe()
+        return self._device_map
+
+    def drives(self, capability: str) -> bool:
+        """Whether fakelet can drive `capability` (health, temperature, hotplug) for this plugin.
+
+        Yes when the subject says the plugin observes it, or when the access trace shows the
+        plugin read that source of the fake hardware (then it is held to it).
+        """
+        if self.devices is None:
+            return False
+        if capability in self.spec.observes:
+            return True
+        trace = self.access
+        if trace is None:
+            return False
+        read = {"health": trace.reads_health_source, "temperature": trace.reads_temperature_source,
+                "hotplug": lambda: bool(trace.reads())}[capability]()
+        if read:
+            self.note(f"the plugin read the fake hardware's {capability} source, so it is held to it")
+        return read
+
+    def require_drive(self, capability: str) -> None:
+        if self.drives(capability):
+            return
+        if self.devices is None:
+            not_exercised("fakelet drives no fake hardware for this subject (give it --inventory or a backend)")
+        read = self.access.summary() if self.access is not None else {}
+        files = sorted(f for group in read.values() for f in group)
+        seen = f"files it read: {', '.join(files[:6])}" if files else "it read none of the fake hardware's files"
+        not_exercised(f"the plugin read no {capability} source that fakelet drives ({seen})")
+
+    def any_inventory_device(self, reg: Event, listing: Listing) -> str:
+        """An inventory device to change: a mapped one if any, else the first present one."""
+        mapping = self.device_map(reg, listing)
+        for plugin_id in listing.healthy:
+            if mapping.inventory_id(plugin_id) is not None:
+                return mapping.pairs[plugin_id]
+        return self.hardware()[0].id
+
+    def mapped_device(self, reg: Event, listing: Listing) -> tuple[str, str]:
+        """(plugin ID, inventory ID) of one listed, healthy, mapped device, or not exercised."""
+        mapping = self.device_map(reg, listing)
+        for plugin_id in listing.healthy:
+            inventory_id = mapping.inventory_id(plugin_id)
+            if inventory_id is not None:
+                return plugin_id, inventory_id
+        not_exercised(f"no listed healthy device maps to an inventory device ({mapping.describe()}; "
+                      f"plugin devices {listing.ids[:8]}); give devices.map in a subject file")
+        raise AssertionError("unreachable")
 
     def probe(self, register: Event) -> ProbeClient:
         """A direct client to the endpoint the plugin registered, for calls the kubelet would not make."""

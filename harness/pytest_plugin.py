@@ -17,14 +17,18 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.checks import NOT_APPLICABLE
+from harness.checks import NOT_APPLICABLE, NOT_EXERCISED, split_install
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.draenv import DRAEnv
 from harness.env import DPEnv, SubjectUnavailable
 from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig, fakelet_version
 from harness.subjects import ProfileError
-from reports.model import CheckResult, SubjectReport
+from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport
+from reports.model import NOT_APPLICABLE as NA
+from reports.model import NOT_EXERCISED as NOT_EXERCISED_VERDICT
 from reports.writers import write_all
+
+PENDING = "pending"  # a check whose setup passed and whose call has not reported yet
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,6 +85,10 @@ class Collector:
     def __init__(self, run: RunConfig | None, error: str = "") -> None:
         self._run, self._error = run, error
         self.results: dict[str, CheckResult] = {}
+        self.selected: list[str] = []  # check IDs collected for this run
+        self.facts: dict[str, Any] = {}
+        self.findings: list[str] = []
+        self.interrupted = False
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -108,7 +116,10 @@ class Collector:
         try:
             yield env
         finally:
-            env.close()
+            try:
+                env.close()
+            finally:
+                report_env(request, env)
 
     @pytest.fixture(scope="session")
     def fakelet_control_plane(self) -> Iterator[tuple[ControlPlane | None, str]]:
@@ -146,7 +157,10 @@ class Collector:
             yield env
         finally:
             request.node.user_properties.append(("fakelet_negotiated", env.negotiated()))
-            env.close()
+            try:
+                env.close()
+            finally:
+                report_env(request, env)
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not any(_marker(i) for i in items):
@@ -169,44 +183,70 @@ class Collector:
         report = yield
         mark = _marker(item)
         if mark is not None:
-            verdict, detail, applicable = self._verdict(report, call)
+            verdict, detail, install = self._verdict(report, call)
             report.user_properties.append(("fakelet", {
                 "id": mark.kwargs["id"], "level": mark.kwargs["level"], "title": mark.kwargs["title"],
-                "verdict": verdict, "detail": detail, "applicable": applicable}))
+                "verdict": verdict, "detail": detail, "install": install}))
         return report
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.selected = [m.kwargs["id"] for i in session.items if (m := _marker(i))]
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Where reports are gathered (this process or the xdist controller): merge the phases."""
-        for key, value in report.user_properties:
-            if key == "fakelet_negotiated":
-                for api, version in value.items():
-                    self.negotiated.setdefault(api, set()).add(version)
+        """Where reports are gathered (this process or the xdist controller): merge the phases.
+
+        Only the call phase (or a setup that did not pass) gives a check its verdict: a
+        passing setup is provisional, so a check whose worker died mid-call is never a pass.
+        """
         phase = next((v for k, v in report.user_properties if k == "fakelet"), None)
+        self._merge_properties(report, phase["id"] if phase else None)
         if phase is None:
             return
         check_id, verdict = phase["id"], phase["verdict"]
         previous = self.results.get(check_id)
         if report.when == "teardown" and previous is not None:
-            if verdict == "error" and previous.verdict == "pass":
-                previous.verdict, previous.detail = "error", f"teardown failed: {phase['detail']}"
+            if verdict == ERROR and previous.verdict in (PASS, PENDING):
+                previous.verdict, previous.detail = ERROR, f"teardown failed: {phase['detail']}"
                 previous.repro = self.run.repro(check_id)
             previous.duration_s = round(previous.duration_s + report.duration, 3)
             return
-        if report.when == "call" or previous is None or verdict != "pass":
+        if report.when == "setup" and verdict == PASS:
+            verdict = PENDING
+        if report.when == "call" or previous is None or verdict != PENDING:
             duration = report.duration + (previous.duration_s if previous else 0.0)
+            notes = previous.notes if previous else []
             self.results[check_id] = CheckResult(
                 id=check_id, level=phase["level"], title=phase["title"], verdict=verdict,
-                duration_s=round(duration, 3), detail=phase["detail"],
-                repro="" if verdict == "pass" else self.run.repro(check_id), applicable=phase["applicable"])
+                duration_s=round(duration, 3), detail=phase["detail"], notes=notes, install=phase["install"],
+                repro="" if verdict in (PASS, PENDING) else self.run.repro(check_id),
+                required=required(check_id, getattr(self.run, "require", [])))
+
+    def _merge_properties(self, report: pytest.TestReport, check_id: str | None) -> None:
+        for key, value in report.user_properties:
+            if key == "fakelet_negotiated":
+                for api, version in value.items():
+                    self.negotiated.setdefault(api, set()).add(version)
+            elif key == "fakelet_notes" and check_id in self.results:
+                self.results[check_id].notes.extend(n for n in value if n not in self.results[check_id].notes)
+            elif key == "fakelet_facts":
+                for name, fact in value.items():
+                    self.facts.setdefault(name, fact)
+            elif key == "fakelet_findings":
+                self.findings.extend(f for f in value if f not in self.findings)
 
     @staticmethod
-    def _verdict(report: pytest.TestReport, call: pytest.CallInfo[Any]) -> tuple[str, str, bool]:
+    def _verdict(report: pytest.TestReport, call: pytest.CallInfo[Any]) -> tuple[str, str, str]:
+        """(verdict, detail, install command) for one phase of a check."""
         if report.passed:
-            return "pass", "", True
+            return PASS, "", ""
         if report.skipped:
             reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
             reason = reason.removeprefix("Skipped: ")
-            return "skip", reason, not reason.startswith(NOT_APPLICABLE)
+            for prefix, verdict in ((NOT_APPLICABLE, NA), (NOT_EXERCISED, NOT_EXERCISED_VERDICT)):
+                if reason.startswith(prefix):
+                    return verdict, reason.removeprefix(prefix), ""
+            detail, install = split_install(reason)
+            return SKIP, detail, install
         exc = call.excinfo.value if call.excinfo is not None else None
         text = str(exc) if exc is not None else str(report.longrepr)
         if report.when == "call" and isinstance(exc, (AssertionError, grpc.RpcError)):
@@ -214,17 +254,27 @@ class Collector:
                 code = exc.code().name if hasattr(exc, "code") else "?"
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 text = f"expected the plugin to answer the call; it failed with {code}: {details}"
-            return "fail", text, True
-        return "error", f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}", True
+            return FAIL, text, ""
+        return ERROR, f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}", ""
+
+    def _finalize(self) -> None:
+        """Checks without a final verdict are errors: a dead worker or an interrupt never passes."""
+        for c in self.results.values():
+            if c.verdict == PENDING:
+                c.verdict, c.repro = ERROR, self.run.repro(c.id)
+                c.detail = "no result: the check's process ended before its verdict (crashed or interrupted)"
 
     def subject_report(self) -> SubjectReport:
+        self._finalize()
         order = {cid: n for n, cid in enumerate(self.results)}
+        missing = sorted(set(self.selected) - set(self.results))
         return SubjectReport(
             subject=self.run.spec.name, defect=self.run.defect, profile=self.run.profile.name,
             seed=self.run.seed, kind=self.run.spec.kind, fakelet_version=fakelet_version(),
             api_versions=self.api_versions(), timings=self.run.profile.describe(),
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
-            checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])))
+            checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
+            missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings))
 
     def api_versions(self) -> dict[str, str]:
         if not self.run.spec.is_dra:
@@ -237,10 +287,15 @@ class Collector:
             versions[api] = ", ".join(seen) if seen else "none negotiated"
         return versions
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+        self.interrupted = True
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.interrupted = True
         if hasattr(session.config, "workerinput"):
             return  # an xdist worker: the controller writes the report
-        if self._run is not None and self._run.out is not None:
+        if self._run is not None and self._run.out is not None and (self.results or self.selected):
             write_all(self.subject_report(), self.run.out)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -248,10 +303,22 @@ class Collector:
             return
         r = self.subject_report()
         s = r.summary()
-        verdict = "CONFORMANT" if s["conformant"] else "NOT CONFORMANT"
         terminalreporter.write_line(
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
-            f"{s['skip']} skip, {s['error']} error: {verdict}")
+            f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
+            f"{r.coverage_line()}")
+
+
+def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:
+    """Hand what the check's world learned to wherever reports are gathered (xdist-safe properties)."""
+    request.node.user_properties.append(("fakelet_notes", list(env.notes)))
+    request.node.user_properties.append(("fakelet_facts", dict(env.facts)))
+    request.node.user_properties.append(("fakelet_findings", list(env.findings)))
+
+
+def required(check_id: str, require: list[str]) -> bool:
+    """--require takes check IDs and areas: `DP-HLT` requires DP-HLT-01 ... DP-HLT-05."""
+    return any(check_id == r or check_id.startswith(r.rstrip("-") + "-") for r in require)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

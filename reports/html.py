@@ -573,7 +573,7 @@ th{background:#f6f8fa;font-weight:600}td.num{text-align:right;white-space:nowrap
 td.id{white-space:nowrap}td.detail{min-width:260px;overflow-wrap:anywhere}td.repro{width:22%}
 .badge{display:inline-block;min-width:40px;text-align:center;padding:1px 6px;border-radius:10px;
  font-size:11px;font-weight:700;color:#fff;text-transform:uppercase}
-.v-pass{background:#1a7f37}.v-fail{background:#cf222e}.v-skip{background:#818b98}.v-error{background:#9a6700}
+.v-pass{background:#1a7f37}.v-fail{background:#cf222e}.v-skip{background:#818b98}.v-error{background:#9a6700}.v-not-exercised{background:#bf8700}.v-na{background:#818b98}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 td code{overflow-wrap:anywhere;color:#59636e}
 details{border:1px solid #d1d9e0;border-radius:6px;margin:8px 0;background:#fff}
@@ -655,19 +655,37 @@ def header(report: SubjectReport) -> str:
     if report.fault_plan:
         rows.append(("fault plan", ", ".join(report.fault_plan)))
     meta = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
-    counts = f"{s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error of {s['total']}"
+    counts = (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
+              f"{s['skip']} skip, {s['error']} error of {s['total']}")
+    coverage = report.coverage_line().removeprefix(report.status())
+    facts = "".join(f"<li>{escape(k)}: {escape(fact_text(v))}</li>" for k, v in report.facts.items())
+    findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
+    more = (f"<h2>Facts</h2><ul class=\"facts\">{facts}</ul>" if facts else "") + \
+        (f"<h2>Findings</h2><ul class=\"findings\">{findings}</ul>" if findings else "")
     return (f"<header><h1>fakelet conformance: {escape(report.subject)}</h1>"
-            f'<p><span class="verdict {"yes" if ok else "no"}">{"CONFORMANT" if ok else "NOT CONFORMANT"}</span>'
-            f'<span class="counts">{escape(counts)}</span></p><dl class="meta">{meta}</dl></header>')
+            f'<p><span class="verdict {"yes" if ok else "no"}">{escape(report.status())}</span>'
+            f'<span class="counts">{escape(counts)}{escape(coverage)}</span></p><dl class="meta">{meta}</dl>'
+            f"{more}</header>")
+
+
+def fact_text(value: object) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
+                         if v) or "nothing"
+    return str(value)
 
 
 def badge(verdict: str) -> str:
-    return f'<span class="badge v-{escape(verdict)}">{escape(verdict)}</span>'
+    return f'<span class="badge v-{css_name(verdict)}">{escape(verdict)}</span>'
+
+
+def css_name(verdict: str) -> str:
+    return re.sub(r"[^a-z-]", "", verdict)
 
 
 def verdict_row(c: CheckResult, reaction_s: float | None) -> str:
     repro = f"<code>{escape(c.repro)}</code>" if c.verdict != "pass" and c.repro else ""
-    return (f'<tr class="row-{escape(c.verdict)}"><td class="id"><a href="#{anchor(c.id)}">{escape(c.id)}</a></td>'
+    return (f'<tr class="row-{css_name(c.verdict)}"><td class="id"><a href="#{anchor(c.id)}">{escape(c.id)}</a></td>'
             f"<td>{escape(c.title)}</td><td>{escape(c.level)}</td><td>{badge(c.verdict)}</td>"
             f'<td class="num">{c.duration_s:.2f} s</td><td class="num">{fmt_reaction(reaction_s)}</td>'
             f'<td class="detail">{escape(first_line(c.detail))}</td><td class="repro">{repro}</td></tr>')
@@ -687,6 +705,7 @@ def check_section(c: CheckResult, events: list[Ev] | None, reaction_s: float | N
                f"{fmt_reaction(reaction_s)}</span></summary>")
     plot = (timeline_svg(events) + legend()) if events else '<p class="none">no timeline recorded</p>'
     detail = f"<pre class=\"detail\">{escape(c.detail)}</pre>" if c.detail else ""
+    detail += "".join(f'<p class="note">{escape(n)}</p>' for n in c.notes)
     repro = f'<p>Reproduce:</p><pre class="repro">{escape(c.repro)}</pre>' if c.repro and c.verdict != "pass" else ""
     return f'<details id="{anchor(c.id)}" class="check"{is_open}>{summary}<div class="body">{plot}{detail}{repro}' \
            "</div></details>"

@@ -1,8 +1,18 @@
 """The report tree: one model, many writers. Writers never decide a status.
 
-Three outcomes stay apart: a conformance failure of the subject (fail), an
-error of the harness (error), and an empty run (no checks), which is never
-conformant.
+Outcomes stay apart. For one check:
+
+- pass / fail: the plugin was exercised and met the check, or did not;
+- not-exercised: the check found nothing to test (no device, no device mapped
+  to the inventory, a health source fakelet does not drive): never a pass;
+- n/a: an optional API feature the plugin does not advertise
+  (GetPreferredAllocation, PreStartContainer);
+- skip: the check could not run on this machine (a component is missing);
+- error: fakelet's own failure, never the plugin's.
+
+For a run (`status()`): CONFORMANT, NOT CONFORMANT, INCOMPLETE (a MUST check
+could not run here, or checks are missing), ERROR (fakelet failed), and
+INTERRUPTED. An empty run is never conformant.
 """
 
 from __future__ import annotations
@@ -10,8 +20,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = "1"
-VERDICTS = ("pass", "fail", "skip", "error")
+SCHEMA_VERSION = "2"
+PASS, FAIL, NOT_EXERCISED, NOT_APPLICABLE, SKIP, ERROR = "pass", "fail", "not-exercised", "n/a", "skip", "error"
+VERDICTS = (PASS, FAIL, NOT_EXERCISED, NOT_APPLICABLE, SKIP, ERROR)
+
+CONFORMANT, NOT_CONFORMANT, INCOMPLETE = "CONFORMANT", "NOT CONFORMANT", "INCOMPLETE"
+HARNESS_ERROR, INTERRUPTED = "ERROR", "INTERRUPTED"
+# Exit codes of `fakelet run` per status (2 is also bad input, 130 is Ctrl-C's convention).
+EXIT_CODES = {CONFORMANT: 0, NOT_CONFORMANT: 1, HARNESS_ERROR: 2, INCOMPLETE: 3, INTERRUPTED: 130}
+# Most severe first: a run's status is the first that applies to any of its subjects.
+SEVERITY = (INTERRUPTED, NOT_CONFORMANT, HARNESS_ERROR, INCOMPLETE, CONFORMANT)
 
 
 @dataclass
@@ -23,7 +41,15 @@ class CheckResult:
     duration_s: float
     detail: str = ""
     repro: str = ""
-    applicable: bool = True
+    # Facts worth reading on any verdict: a slow but in-bound reaction, the device mapping used.
+    notes: list[str] = field(default_factory=list)
+    # The one command that installs what a skipped check needed, when fakelet knows it.
+    install: str = ""
+    required: bool = False  # --require: not exercised fails the run
+
+    def counts_against(self) -> bool:
+        """Whether this verdict makes the run NOT CONFORMANT."""
+        return (self.level == "MUST" and self.verdict == FAIL) or (self.required and self.verdict == NOT_EXERCISED)
 
 
 @dataclass
@@ -40,25 +66,61 @@ class SubjectReport:
     started_at: str = ""
     duration_s: float = 0.0
     checks: list[CheckResult] = field(default_factory=list)
+    # Check IDs selected for the run that have no result (a crashed worker, an interrupt).
+    missing: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    # Subject-level facts: what the plugin read of the fake hardware, the device mapping, findings.
+    facts: dict[str, Any] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
     schema_version: str = SCHEMA_VERSION
 
     def summary(self) -> dict[str, Any]:
         counts = {v: sum(1 for c in self.checks if c.verdict == v) for v in VERDICTS}
-        return {**counts, "total": len(self.checks), "conformant": self.conformant()}
+        return {**counts, "total": len(self.checks), "missing": len(self.missing), "status": self.status(),
+                "conformant": self.conformant(), "not_exercised_must": self.not_exercised_must()}
+
+    def status(self) -> str:
+        if self.interrupted:
+            return INTERRUPTED
+        if any(c.counts_against() for c in self.checks):
+            return NOT_CONFORMANT
+        if any(c.verdict == ERROR for c in self.checks):
+            return HARNESS_ERROR
+        if self.missing or not any(c.verdict == PASS for c in self.checks):
+            return INCOMPLETE  # an empty run, or checks without a result, is never conformant
+        if any(c.level == "MUST" and c.verdict == SKIP for c in self.checks):
+            return INCOMPLETE
+        return CONFORMANT
 
     def conformant(self) -> bool:
-        """Every MUST check passed (or was not applicable), no harness error, and something ran."""
-        if not any(c.verdict == "pass" for c in self.checks):
-            return False
-        for c in self.checks:
-            if c.verdict == "error":
-                return False
-            if c.level == "MUST" and c.verdict != "pass" and not (c.verdict == "skip" and not c.applicable):
-                return False
-        return True
+        """Every exercised MUST check passed, no harness error, nothing missing, and something ran."""
+        return self.status() == CONFORMANT
+
+    def not_exercised_must(self) -> list[str]:
+        return sorted(c.id for c in self.checks if c.level == "MUST" and c.verdict == NOT_EXERCISED)
+
+    def coverage_line(self) -> str:
+        """The status with what it does not cover, e.g. 'CONFORMANT (3 MUST checks not exercised: ...)'."""
+        status = self.status()
+        parts = []
+        skipped = [c for c in self.checks if c.level == "MUST" and c.verdict == SKIP]
+        if skipped:
+            parts.append(f"{len(skipped)} MUST check{'s' * (len(skipped) > 1)} could not run here: "
+                         f"{_why(skipped)}")
+        if self.missing:
+            parts.append(f"{len(self.missing)} check{'s' * (len(self.missing) > 1)} without a result: "
+                         f"{', '.join(self.missing)}")
+        unexercised = [c for c in self.checks if c.level == "MUST" and c.verdict == NOT_EXERCISED]
+        if unexercised:
+            parts.append(f"{len(unexercised)} MUST check{'s' * (len(unexercised) > 1)} not exercised: "
+                         f"{_why(unexercised)}")
+        return f"{status} ({'; '.join(parts)})" if parts else status
+
+    def install_hints(self) -> list[str]:
+        return sorted({c.install for c in self.checks if c.verdict == SKIP and c.install})
 
     def failed_ids(self) -> list[str]:
-        return sorted(c.id for c in self.checks if c.verdict == "fail")
+        return sorted(c.id for c in self.checks if c.verdict == FAIL)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -70,3 +132,16 @@ class SubjectReport:
         d = {k: v for k, v in d.items() if k != "summary"}
         d["checks"] = [CheckResult(**c) for c in d.get("checks", [])]
         return cls(**d)
+
+
+def _why(checks: list[CheckResult]) -> str:
+    """Check IDs grouped by their reason, shortest first: 'DP-HLT-01, DP-HLT-02: the plugin read no ...'."""
+    by_reason: dict[str, list[str]] = {}
+    for c in checks:
+        by_reason.setdefault((c.detail.splitlines() or [""])[0], []).append(c.id)
+    return "; ".join(f"{', '.join(ids)}: {reason}" if reason else ", ".join(ids) for reason, ids in by_reason.items())
+
+
+def run_status(reports: list[SubjectReport]) -> str:
+    statuses = {r.status() for r in reports} or {INCOMPLETE}
+    return next(s for s in SEVERITY if s in statuses)

@@ -9,7 +9,8 @@ from pathlib import Path
 from reports.html import write_html
 from reports.model import SubjectReport
 
-ICONS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
+ICONS = {"pass": "PASS", "fail": "FAIL", "not-exercised": "NOT EXERCISED", "n/a": "N/A", "skip": "SKIP",
+         "error": "ERROR"}
 
 
 def write_json(report: SubjectReport, path: Path) -> None:
@@ -18,23 +19,29 @@ def write_json(report: SubjectReport, path: Path) -> None:
 
 def write_junit(report: SubjectReport, path: Path) -> None:
     s = report.summary()
+    required_unexercised = sum(1 for c in report.checks if c.required and c.verdict == "not-exercised")
     suite = ET.Element("testsuite", name=f"fakelet.{report.subject}", tests=str(s["total"]),
-                       failures=str(s["fail"]), errors=str(s["error"]), skipped=str(s["skip"]),
+                       failures=str(s["fail"] + required_unexercised),
+                       errors=str(s["error"] + s["missing"]),
+                       skipped=str(s["skip"] + s["n/a"] + s["not-exercised"]),
                        time=f"{report.duration_s:.3f}")
     props = ET.SubElement(suite, "properties")
     for name, value in (("subject", report.subject), ("defect", report.defect or ""),
                         ("profile", report.profile), ("seed", str(report.seed)),
-                        ("fakelet_version", report.fakelet_version)):
+                        ("fakelet_version", report.fakelet_version), ("status", report.coverage_line())):
         ET.SubElement(props, "property", name=name, value=value)
     for c in report.checks:
         case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}.{c.level}",
                              name=f"{c.id} {c.title}", time=f"{c.duration_s:.3f}")
-        if c.verdict in ("fail", "error"):
-            tag = "failure" if c.verdict == "fail" else "error"
+        if c.verdict in ("fail", "error") or c.counts_against():
+            tag = "error" if c.verdict == "error" else "failure"
             node = ET.SubElement(case, tag, message=c.detail.splitlines()[0] if c.detail else c.verdict)
             node.text = f"{c.detail}\n\nreproduce: {c.repro}"
-        elif c.verdict == "skip":
-            ET.SubElement(case, "skipped", message=c.detail)
+        elif c.verdict in ("skip", "n/a", "not-exercised"):
+            ET.SubElement(case, "skipped", message=f"{c.verdict}: {c.detail}")
+    for check_id in report.missing:
+        case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}", name=check_id, time="0")
+        ET.SubElement(case, "error", message="no result: the check never reported a verdict")
     ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
 
 
@@ -43,8 +50,9 @@ def markdown(report: SubjectReport) -> str:
     title = report.subject + (f" (defect: {report.defect})" if report.defect else "")
     lines = [
         f"# fakelet conformance: {title}", "",
-        f"- verdict: **{'CONFORMANT' if s['conformant'] else 'NOT CONFORMANT'}**",
-        f"- checks: {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['error']} error",
+        f"- verdict: **{report.coverage_line()}**",
+        f"- checks: {s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
+        f"{s['skip']} skip, {s['error']} error" + (f", {s['missing']} without a result" if s["missing"] else ""),
         f"- profile `{report.profile}`, seed {report.seed}, {report.duration_s:.1f}s, fakelet {report.fakelet_version}",
         f"- API versions: {', '.join(f'{k} {v}' for k, v in report.api_versions.items()) or 'n/a'}", "",
         "| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |",
@@ -52,6 +60,15 @@ def markdown(report: SubjectReport) -> str:
     for c in report.checks:
         first = (c.detail.splitlines() or [""])[0].replace("|", "\\|")
         lines.append(f"| {c.id} | {c.level} | {ICONS[c.verdict]} | {c.duration_s:.2f}s | {first} |")
+    notes = [(c.id, n) for c in report.checks for n in c.notes]
+    if report.facts or report.findings or notes:
+        lines += ["", "## Facts and notes", ""]
+        lines += [f"- {k}: {v}" for k, v in report.facts.items()]
+        lines += [f"- finding: {f}" for f in report.findings]
+        lines += [f"- {cid}: {n}" for cid, n in notes]
+    hints = report.install_hints()
+    if hints:
+        lines += ["", "## To run what was skipped", ""] + [f"- `{h}`" for h in hints]
     problems = [c for c in report.checks if c.verdict in ("fail", "error")]
     if problems:
         lines += ["", "## Failures", ""]

@@ -32,7 +32,21 @@ DP_DEFECTS: dict[str, str] = {
     "ignore-temperature": "does not look at device temperature",
     "partial-list": "sends only the devices that changed, not the full list",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
-    "slow-health": "reports health changes 10 s late",
+    "slow-health": "reports health changes 40 s late (past the kubelet's 30 s reaction bound)",
     "ignore-sigterm": "ignores SIGTERM",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
+}
+
+# Legal quirks of real plugins. A benign behaviour is run like a defect (`--defect NAME`)
+# but must pass every check: a check that fails one judges the plugin by our reference's
+# habits, not by what the kubelet accepts.
+DP_BENIGN: dict[str, str] = {
+    "empty-first-list": "sends an empty device list first, then the full one a moment later",
+    "incremental-list": "lists its devices one more per response at start (many small updates)",
+    "repeat-lists": "re-sends the identical list every 100 ms",
+    "reorder-list": "lists the devices in a different order in every response",
+    "opaque-ids": "names devices by a hash of their identity, not by inventory ID",
+    "slow-reregister": "re-registers a fixed 10 s after kubelet.sock reappears (as the upstream sample plugin)",
+    "daemonize": "forks a detached daemon (setsid) that serves, and its main process exits 0",
+    "scratch-files": "writes a scratch file into the temp dir on every Allocate and never removes it",
 }

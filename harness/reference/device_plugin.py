@@ -12,12 +12,14 @@ switches on one named bug (harness/reference/defects.py).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ from inotify_simple import INotify
 from inotify_simple import flags as IN
 
 from harness.grpcutil import insecure_unix_channel, unix_target
-from harness.reference.defects import DP_DEFECTS
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
@@ -44,7 +46,9 @@ STORM_PERIOD_S = 0.2  # register-storm mutant
 BOUNDED_RETRY_S = 2.0  # bounded-retry mutant gives up after this long without kubelet.sock
 REGISTER_BEFORE_SERVE_LAG_S = 0.3  # register-before-serve mutant serves this late
 CLOSE_STREAM_AFTER_S = 0.5  # close-stream mutant ends ListAndWatch this long after its first response
-SLOW_HEALTH_S = 10.0  # slow-health mutant reports every change this late (longer than the fast profile's T)
+SLOW_HEALTH_S = 40.0  # slow-health mutant reports every change this late (past the kubelet's 30 s bound)
+SLOW_REREGISTER_S = 10.0  # slow-reregister: the upstream sample-device-plugin waits this long after kubelet.sock
+REPEAT_PERIOD_S = 0.1  # repeat-lists: the identical list again this often
 
 
 class DevicePluginService(dp_grpc.DevicePluginServicer):
@@ -64,12 +68,19 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         seen = -1
         sent: dict[str, str] = {}  # partial-list mutant: what this stream last said per device
         close_at: float | None = None  # close-stream mutant
+        responses = 0
+        if self.p.has("empty-first-list"):
+            yield dp.ListAndWatchResponse(devices=[])
         while context.is_active() and not self.p.stopping.is_set():
             with cond:
                 if self.p.generation == seen:
                     remaining = None if close_at is None else close_at - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return
+                    if self.p.has("repeat-lists"):
+                        if not cond.wait(REPEAT_PERIOD_S if remaining is None else min(remaining, REPEAT_PERIOD_S)):
+                            seen = -1  # nothing changed: say the same again
+                        continue
                     cond.wait(remaining)
                     continue
                 seen = self.p.generation
@@ -78,6 +89,13 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                 # The bug: only what changed since the last response.
                 devices = [d for d in devices if sent.get(d.ID) != d.health]
             sent = {d.ID: d.health for d in self.p.device_list()}
+            if self.p.has("incremental-list") and responses == 0:
+                for n in range(1, len(devices)):
+                    yield dp.ListAndWatchResponse(devices=devices[:n])
+            if self.p.has("reorder-list") and devices:
+                shift = responses % len(devices)
+                devices = list(reversed(devices[shift:] + devices[:shift]))
+            responses += 1
             yield dp.ListAndWatchResponse(devices=devices)
             if self.p.has("close-stream") and close_at is None:
                 # Not at once: the kubelet should have started using the devices first.
@@ -101,7 +119,7 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         if self.p.allocate_delay_s > 0:
             # --allocate-delay-ms: an injected latency fault (benchmarks), cut short on shutdown.
             self.p.stopping.wait(self.p.allocate_delay_s)
-        known = {d["id"] for d in self.p.devices}
+        known = {self.p.wire_id(d["id"]) for d in self.p.devices}
         for req in request.container_requests:
             unknown = [i for i in req.devices_ids if i not in known]
             if unknown and not self.p.has("allocate-unknown-ok"):
@@ -109,6 +127,11 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         responses = [self._container_response(list(r.devices_ids)) for r in request.container_requests]
         if self.p.has("allocate-one-response"):
             responses = responses[:1]
+        if self.p.has("scratch-files"):
+            # Legal in a container, whose /tmp is its own; fakelet must keep it off the host.
+            fd, _ = tempfile.mkstemp(prefix="reference-dp-scratch-")
+            os.write(fd, ",".join(i for r in request.container_requests for i in r.devices_ids).encode())
+            os.close(fd)
         return dp.AllocateResponse(container_responses=responses)
 
     def _container_response(self, ids: list[str]) -> dp.ContainerAllocateResponse:
@@ -175,11 +198,17 @@ class ReferencePlugin:
     def has(self, defect: str) -> bool:
         return self.defect == defect
 
+    def wire_id(self, device_id: str) -> str:
+        """The device's ID on the wire: its inventory ID, or (opaque-ids) a hash of it."""
+        if self.has("opaque-ids"):
+            return "dev-" + hashlib.sha256(device_id.encode()).hexdigest()[:12]
+        return device_id
+
     # -- devices -----------------------------------------------------------
 
     def device_list(self) -> list[dp.Device]:
         devices = self.devices[:-1] if self.has("missing-device") else list(self.devices)
-        out = [dp.Device(ID=d["id"], health=d.get("health", "Healthy"),
+        out = [dp.Device(ID=self.wire_id(d["id"]), health=d.get("health", "Healthy"),
                          topology=dp.TopologyInfo(nodes=[dp.NUMANode(ID=0 if self.has("wrong-numa") else d["numa"])]))
                for d in devices]
         if self.has("duplicate-ids") and out:
@@ -187,12 +216,12 @@ class ReferencePlugin:
         return out
 
     def numa_order(self, device_id: str) -> tuple[int, str]:
-        numa = {d["id"]: d.get("numa", 0) for d in self.devices}
+        numa = {self.wire_id(d["id"]): d.get("numa", 0) for d in self.devices}
         return numa.get(device_id, 0), device_id
 
     def dev_path(self, device_id: str) -> str:
         for d in self.devices:
-            if d["id"] == device_id:
+            if self.wire_id(d["id"]) == device_id:
                 return str(d["dev"])
         return "/dev/null"
 
@@ -391,6 +420,8 @@ class _RegisterLoop:
         if self.gave_up or (self.p.has("no-reregister") and self.registered_once):
             return
         self.pending, self.backoff, self.next_try = True, BACKOFF_START_S, time.monotonic()
+        if self.p.has("slow-reregister"):
+            self.next_try += SLOW_REREGISTER_S
 
     def step(self) -> None:
         if not self.pending or time.monotonic() < self.next_try:
@@ -451,7 +482,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
-    parser.add_argument("--defect", choices=sorted(DP_DEFECTS), help="run as a mutant with this bug")
+    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_BENIGN),
+                        help="run as a mutant with this bug, or with this benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
                         help="answer every Allocate N ms late (an injected latency fault; default 0)")
     args = parser.parse_args(argv)
@@ -460,8 +492,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def daemonize() -> None:
+    """The daemonize quirk: what a wrapper script that backgrounds the plugin does."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.defect == "daemonize":
+        daemonize()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s reference-dp %(levelname)s %(message)s")
     try:

@@ -2,138 +2,172 @@
 
 The fake device backend (fake_devices) fails, recovers, heats, cools,
 unplugs and replugs devices; the plugin must tell the kubelet, in full
-ListAndWatch lists, within the profile's reaction bound T.
+ListAndWatch lists, within the kubelet's reaction bound T.
+
+A check drives the plugin only through a source it reads: the subject says
+so (`observes`), or the access trace shows it read that source. It follows
+one device by its plugin ID when the device mapping knows it, and otherwise
+by counting (one healthy device fewer), which fits plugins that name devices
+their own way. A plugin fakelet cannot drive gets "not exercised", never a pass.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fake_devices.scripts import flap, run_script
-from harness.checks import MUST, SHOULD, check, expect, not_applicable
+from harness.checks import MUST, SHOULD, check, expect, not_exercised
 from harness.env import DPEnv
+from harness.listing import Listing, devices_of
 from harness.timeline import Event
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # deviceplugin v1beta1 constants.go
 DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool", "unplug", "plug"))
 FLAP_CYCLES = 5
+FLAP_PERIOD_S = 0.25  # fixed in every profile: a verdict must not depend on the profile
 SCRIPT_TIMEOUT_S = 60.0  # a flap script that has not finished by then is a harness fault
 
 
-def listed(msg: Event) -> dict[str, str]:
-    return {d.get("ID", ""): d.get("health", "") for d in msg.get("message", {}).get("devices", [])}
+@dataclass(frozen=True)
+class Target:
+    """The device a check changes: its inventory ID, and its plugin ID when mapped (else by count)."""
+
+    inventory_id: str
+    plugin_id: str | None
+    total: int  # devices listed when the check began
+    healthy: int
+
+    def describe(self) -> str:
+        return self.plugin_id if self.plugin_id is not None else f"one device (inventory {self.inventory_id})"
 
 
-def ready(env: DPEnv, capability: str) -> tuple[Event, str]:
-    if env.devices is None or capability not in env.spec.observes:
-        not_applicable(f"the subject profile does not map fake-device {capability} to the plugin")
-    assert env.devices is not None
+def ready(env: DPEnv, capability: str) -> tuple[Event, Target]:
+    if env.devices is None:
+        not_exercised("fakelet drives no fake hardware for this subject (give it --inventory or a backend)")
     env.start()
-    reg, first = env.registered_and_listed()
-    device = sorted(listed(first))[0] if listed(first) else ""
-    expect(device, "at least one listed device", "an empty list")
-    return reg, device
+    reg, listing = env.registered_and_listed()
+    env.need_devices(listing, 1)
+    env.require_drive(capability)
+    return reg, target(env, reg, listing)
+
+
+def target(env: DPEnv, reg: Event, listing: Listing) -> Target:
+    mapping = env.device_map(reg, listing)
+    for plugin_id in listing.healthy:
+        inventory_id = mapping.inventory_id(plugin_id)
+        if inventory_id is not None:
+            return Target(inventory_id, plugin_id, len(listing.ids), len(listing.healthy))
+    present = [h.id for h in env.hardware()]
+    if len(listing.ids) != len(present) or len(listing.healthy) != len(present):
+        not_exercised(f"no listed device maps to an inventory device ({mapping.describe()}), and the plugin lists "
+                      f"{len(listing.ids)} devices for {len(present)} fake ones, so counting cannot tell either")
+    env.note(f"followed by count: {mapping.describe()}")
+    return Target(present[0], None, len(listing.ids), len(listing.healthy))
+
+
+def health_counts(devices: dict[str, str]) -> tuple[int, int]:
+    return sum(1 for h in devices.values() if h == HEALTHY), len(devices)
+
+
+def is_down(t: Target) -> Callable[[dict[str, str]], bool]:
+    """The target reported Unhealthy (by ID), or one healthy device fewer with none removed (by count)."""
+    if t.plugin_id is not None:
+        return lambda d: d.get(t.plugin_id) == UNHEALTHY
+    return lambda d: health_counts(d) == (t.healthy - 1, t.total)
+
+
+def is_gone_or_down(t: Target) -> Callable[[dict[str, str]], bool]:
+    if t.plugin_id is not None:
+        return lambda d: d.get(t.plugin_id, UNHEALTHY) == UNHEALTHY
+    return lambda d: health_counts(d)[0] == t.healthy - 1
+
+
+def is_up(t: Target) -> Callable[[dict[str, str]], bool]:
+    if t.plugin_id is not None:
+        return lambda d: d.get(t.plugin_id) == HEALTHY
+    return lambda d: health_counts(d) == (t.healthy, t.total)
 
 
 def wait_list(env: DPEnv, reg: Event, since: int, want: str, test: Callable[[dict[str, str]], bool]) -> Event:
     """The first ListAndWatch response after `since` that satisfies `test(devices)`."""
     endpoint = reg.get("endpoint_id")
-    return env.timeline.wait_for(
-        lambda e: e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint and test(listed(e)),
+    event = env.timeline.wait_for(
+        lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet" and e.get("endpoint_id") == endpoint
+        and test(devices_of(e)),
         env.profile.reaction_s, want, since,
         relevant=("grpc.stream_msg", "kubelet.stream_end", "process.exit", *DEVICE_EVENTS))
+    env.timed(event, since, want)
+    return event
 
 
 @check("DP-HLT-01", MUST, "a device that fails in the backend is reported Unhealthy within T")
 def test_failure_reported(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, device = ready(env, "health")
-    t = env.now()
-    env.devices.fail(device)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} reported {UNHEALTHY} after it failed", lambda d: d.get(device) == UNHEALTHY)
+    reg, t = ready(env, "health")
+    since = env.now()
+    env.devices.fail(t.inventory_id)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} after it failed", is_down(t))
 
 
 @check("DP-HLT-02", MUST, "a device that recovers is reported Healthy again within T")
 def test_recovery_reported(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, device = ready(env, "health")
-    t = env.now()
-    env.devices.fail(device)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} reported {UNHEALTHY} after it failed", lambda d: d.get(device) == UNHEALTHY)
-    t = env.now()
-    env.devices.recover(device)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} reported {HEALTHY} again after it recovered",
-              lambda d: d.get(device) == HEALTHY)
+    reg, t = ready(env, "health")
+    since = env.now()
+    env.devices.fail(t.inventory_id)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} after it failed", is_down(t))
+    since = env.now()
+    env.devices.recover(t.inventory_id)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {HEALTHY} again after it recovered", is_up(t))
 
 
 @check("DP-HLT-03", MUST, "after flapping, the last reported state equals the backend's within T")
 def test_flapping_converges(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, device = ready(env, "health")
-    period = env.profile.quiet_window_s / 4
-    steps = flap(device, period, FLAP_CYCLES)
+    reg, t = ready(env, "health")
+    steps = flap(t.inventory_id, FLAP_PERIOD_S, FLAP_CYCLES)
     done = threading.Event()
     runner = threading.Thread(target=lambda: (run_script(env.devices, steps, env.stop_scripts), done.set()),
                               daemon=True)
     runner.start()
     expect(done.wait(SCRIPT_TIMEOUT_S), "the flap script to finish", "it still running")
     t_end = env.now()
-    want = {d.id: HEALTHY if d.health == HEALTHY else UNHEALTHY
-            for d in env.devices.devices() if d.present}  # type: ignore[union-attr]
+    final = env.devices.state(t.inventory_id)["health"]  # type: ignore[union-attr]
+    test = is_up(t) if final == HEALTHY else is_down(t)
     endpoint = reg.get("endpoint_id")
-    sent = env.timeline.find(lambda e: e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint)
-    if sent and listed(sent[-1]) == want:
+    sent = env.timeline.find(lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet"
+                             and e.get("endpoint_id") == endpoint)
+    if sent and test(devices_of(sent[-1])):
         return  # the plugin had already caught up when the script ended
-    wait_list(env, reg, t_end, f"a full list equal to the backend's {want} after {FLAP_CYCLES} flaps",
-              lambda d: d == want)
+    wait_list(env, reg, t_end, f"{t.describe()} reported {final}, as the backend has it, after {FLAP_CYCLES} flaps",
+              test)
 
 
 @check("DP-HLT-04", SHOULD, "an overheated device is reported Unhealthy, and Healthy again once cooled")
 def test_overtemperature(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, device = ready(env, "temperature")
+    reg, t = ready(env, "temperature")
     threshold, hysteresis = env.spec.thermal
-    t = env.now()
-    env.devices.heat(device, threshold + 10)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} reported {UNHEALTHY} at {threshold + 10:g} C (threshold {threshold:g} C)",
-              lambda d: d.get(device) == UNHEALTHY)
+    since = env.now()
+    env.devices.heat(t.inventory_id, threshold + 10)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} at {threshold + 10:g} C "
+              f"(threshold {threshold:g} C)", is_down(t))
     cool = threshold - hysteresis - 10
-    t = env.now()
-    env.devices.cool(device, cool)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} reported {HEALTHY} again at {cool:g} C", lambda d: d.get(device) == HEALTHY)
-
-
-def healthy_count(devices: dict[str, str]) -> int:
-    return sum(1 for h in devices.values() if h == HEALTHY)
+    since = env.now()
+    env.devices.cool(t.inventory_id, cool)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {HEALTHY} again at {cool:g} C", is_up(t))
 
 
 @check("DP-HLT-05", SHOULD, "hot-unplug removes the device (or marks it Unhealthy); hot-plug adds it back")
 def test_hotplug(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, device = ready(env, "hotplug")
-    if env.expected_ids is None:
-        _hotplug_by_count(env, reg)
-        return
-    t = env.now()
-    env.devices.unplug(device)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} gone from the list, or {UNHEALTHY}, after hot-unplug",
-              lambda d: d.get(device, UNHEALTHY) == UNHEALTHY)
-    t = env.now()
-    env.devices.plug(device)  # type: ignore[union-attr]
-    wait_list(env, reg, t, f"{device} listed {HEALTHY} again after hot-plug", lambda d: d.get(device) == HEALTHY)
-
-
-def _hotplug_by_count(env: DPEnv, reg: Event) -> None:
-    """For plugins with their own device names: one healthy device fewer, then back."""
-    assert env.devices is not None
-    n = sum(1 for d in env.devices.devices() if d.present)
-    device = env.devices.devices()[0].id
-    t = env.now()
-    env.devices.unplug(device)
-    wait_list(env, reg, t, f"{n - 1} healthy devices after hot-unplugging {device}",
-              lambda d: healthy_count(d) == n - 1)
-    t = env.now()
-    env.devices.plug(device)
-    wait_list(env, reg, t, f"{n} healthy devices after hot-plugging {device} back",
-              lambda d: healthy_count(d) == n and len(d) == n)
+    reg, t = ready(env, "hotplug")
+    since = env.now()
+    env.devices.unplug(t.inventory_id)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} gone from the list, or {UNHEALTHY}, after hot-unplug",
+              is_gone_or_down(t))
+    since = env.now()
+    env.devices.plug(t.inventory_id)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} listed {HEALTHY} again after hot-plug", is_up(t))

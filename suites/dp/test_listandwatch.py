@@ -1,8 +1,12 @@
-"""DP-LAW: the ListAndWatch stream the kubelet builds capacity from."""
+"""DP-LAW: the ListAndWatch stream the kubelet builds capacity from.
+
+Every check here judges the list the kubelet holds once it settles, never one
+message: an empty first list, repeats and reordering are the plugin's right.
+"""
 
 from __future__ import annotations
 
-from harness.checks import MUST, SHOULD, check, expect, not_applicable
+from harness.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
 from harness.env import DPEnv
 from harness.timeline import Event
 
@@ -13,17 +17,22 @@ def ids_of(msg: Event) -> list[str]:
     return [d.get("ID", "") for d in msg.get("message", {}).get("devices", [])]
 
 
-@check("DP-LAW-01", MUST, "the first ListAndWatch response comes within T and lists the mapped devices")
+@check("DP-LAW-01", MUST, "a ListAndWatch response comes within T and the settled list has the mapped devices")
 def test_first_list(dp_env: DPEnv) -> None:
     env = dp_env.start()
-    _reg, first = env.registered_and_listed()
-    ids = sorted(set(ids_of(first)))  # duplicates are DP-LAW-02's business
+    _reg, listing = env.registered_and_listed()
+    ids = listing.ids  # duplicates are DP-LAW-02's business
+    inventory = set(env.expected_ids or [])
+    explicit = env.spec.expected_ids is not None
+    if env.expected_ids is not None and (explicit or inventory & set(ids)):
+        expect(ids == env.expected_ids, f"devices {env.expected_ids}", listing.describe())
+        return
+    if env.expected_count is None:
+        not_exercised("nothing to compare the list with: the subject maps no inventory and expects no device count")
     if env.expected_ids is not None:
-        expect(ids == env.expected_ids, f"devices {env.expected_ids}", f"{ids} at {env.at(first)}")
-    elif env.expected_count is not None:
-        expect(len(ids) == env.expected_count, f"{env.expected_count} devices", f"{len(ids)}: {ids}")
-    else:
-        expect(ids, "at least one device", "an empty list")
+        env.note("the plugin names devices its own way (no inventory ID listed): compared by count")
+    expect(len(ids) == env.expected_count, f"{env.expected_count} devices, one per inventory device",
+           f"{len(ids)}: {listing.describe()}")
 
 
 def _validate(msg: Event) -> list[str]:
@@ -39,49 +48,70 @@ def _validate(msg: Event) -> list[str]:
     return problems
 
 
+def _stream(env: DPEnv, endpoint: int, since_ns: int) -> list[Event]:
+    return env.timeline.find(lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet"
+                             and e.get("endpoint_id") == endpoint, since_ns)
+
+
 @check("DP-LAW-02", MUST,
        "device IDs are unique and non-empty, health is Healthy/Unhealthy, every response is a full list")
 def test_list_well_formed(dp_env: DPEnv) -> None:
     env = dp_env.start()
-    reg, first = env.registered_and_listed()
-    problems = _validate(first)
-    expect(not problems, "a well-formed device list", f"{'; '.join(problems)} at {env.at(first)}")
-    if env.devices is None or "health" not in env.spec.observes:
-        return  # no way to make this plugin send a second list
-    # Fail one device in the backend: the next response must still list every device.
-    t = env.now()
-    env.devices.fail(sorted(set(ids_of(first)))[0])
+    reg, listing = env.registered_and_listed()
     endpoint = reg.get("endpoint_id")
+    for msg in _stream(env, endpoint, reg.t_ns):
+        problems = _validate(msg)
+        expect(not problems, "a well-formed device list in every response", f"{'; '.join(problems)} at {env.at(msg)}")
+    ids = env.need_devices(listing, 1, healthy=False)
+    if not env.drives("health"):
+        env.note("the full-list property was not exercised: fakelet cannot make this plugin send another list")
+        return
+    # Fail one device in the backend: every response after it must still list every device.
+    assert env.devices is not None
+    device = env.any_inventory_device(reg, listing)
+    t = env.now()
+    env.devices.fail(device)
     nxt = env.timeline.wait_for(
-        lambda e: e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint, env.profile.reaction_s,
-        "a ListAndWatch response after a device turned unhealthy", t,
+        lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet" and e.get("endpoint_id") == endpoint,
+        env.profile.reaction_s, f"a ListAndWatch response after {device} turned unhealthy", t,
         relevant=("grpc.stream_msg", "kubelet.stream_end"))
+    env.timed(nxt, t, "the next list after a device failed")
     problems = _validate(nxt)
     expect(not problems, "a well-formed device list", f"{'; '.join(problems)} at {env.at(nxt)}")
-    expect(sorted(set(ids_of(nxt))) == sorted(set(ids_of(first))),
-           f"a full list of {sorted(set(ids_of(first)))}", f"{ids_of(nxt)} at {env.at(nxt)}")
+    expect(sorted(set(ids_of(nxt))) == ids, f"a full list of {ids}", f"{ids_of(nxt)} at {env.at(nxt)}")
 
 
 @check("DP-LAW-03", SHOULD, "topology NUMA IDs match the inventory's NUMA nodes")
 def test_numa(dp_env: DPEnv) -> None:
     env = dp_env
     if env.inventory is None or not any("numa" in d for d in env.inventory):
-        not_applicable("the subject profile maps no inventory with NUMA nodes")
+        not_exercised("the subject maps no inventory with NUMA nodes")
     env.start()
-    _reg, first = env.registered_and_listed()
-    want = {d["id"]: [d["numa"]] for d in env.inventory if "numa" in d}  # type: ignore[union-attr]
-    got = {d.get("ID"): [int(n.get("ID", 0)) for n in d.get("topology", {}).get("nodes", [])]
-           for d in first.get("message", {}).get("devices", [])}
-    wrong = {i: got[i] for i in got if i in want and got[i] != want[i]}
-    expect(not wrong, f"NUMA nodes {want}", f"{wrong} at {env.at(first)}")
+    reg, listing = env.registered_and_listed()
+    env.need_devices(listing, 1, healthy=False)
+    assert listing.event is not None
+    got = {d.get("ID"): sorted(int(n.get("ID", 0)) for n in d.get("topology", {}).get("nodes", []))
+           for d in listing.event.get("message", {}).get("devices", [])}
+    if not any(got.values()):
+        not_applicable("the plugin reports no NUMA topology (TopologyInfo is optional)")
+    mapping = env.device_map(reg, listing)
+    numa = {d["id"]: d["numa"] for d in env.inventory if "numa" in d}  # type: ignore[union-attr]
+    want = {p: [numa[i]] for p, i in mapping.pairs.items() if i in numa and p in got}
+    if not want:
+        not_exercised(f"no listed device maps to an inventory device with a NUMA node ({mapping.describe()})")
+    wrong = {p: got[p] for p in want if got[p] != want[p]}
+    expect(not wrong, f"NUMA nodes {want}", f"{wrong} in {listing.describe()}")
 
 
 @check("DP-LAW-04", MUST, "the ListAndWatch stream stays open while the plugin runs")
 def test_stream_stays_open(dp_env: DPEnv) -> None:
     env = dp_env.start()
-    reg, first = env.registered_and_listed()
+    reg, listing = env.registered_and_listed()
+    assert listing.event is not None
+    first = _stream(env, reg.get("endpoint_id"), reg.t_ns)[0]
     ended = env.timeline.wait_quiet(
         lambda e: e.kind == "kubelet.stream_end" and e.get("endpoint_id") == reg.get("endpoint_id"),
         env.profile.quiet_window_s, first.t_ns)
     expect(ended is None, f"the stream open for {env.profile.quiet_window_s:g}s after the first response",
            f"it ended ({ended.get('reason') if ended else ''}) at {env.at(ended) if ended else ''}")
+

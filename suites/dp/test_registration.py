@@ -9,6 +9,12 @@ from harness.checks import MUST, SHOULD, check, expect
 from harness.env import DPEnv
 from harness.kubelet.devicemanager import SUPPORTED_VERSIONS, go_join
 from harness.kubelet.validation import endpoint_errors, is_extended_resource_name, qualified_name_errors
+from harness.profiles import DIAL_TIMEOUT_S
+
+# DP-REG-06: how long the kubelet stays away while the plugin starts. Longer than a 10 s
+# dial timeout (the kubelet's own, and what plugins copy), the same in every profile: a
+# plugin that gives up after its dial timeout must be caught under `fast` too.
+KUBELET_ABSENT_S = DIAL_TIMEOUT_S + 2.0
 
 
 @check("DP-REG-01", MUST, "serves its DevicePlugin service before it calls Register")
@@ -71,10 +77,10 @@ def test_registers_when_kubelet_appears(dp_env: DPEnv) -> None:
     env = dp_env
     t0 = env.now()
     env.start_subject()
-    # Give the plugin a moment to come up and find no kubelet; a plugin that
-    # exits here has already failed.
+    # Keep the kubelet away long enough for the plugin to find no kubelet and
+    # outlast a dial timeout of its own; a plugin that exits here has failed.
     exited = env.timeline.wait_quiet(lambda e: e.kind == "process.exit" and env.is_mine(e),
-                                     env.profile.quiet_window_s, t0)
+                                     KUBELET_ABSENT_S, t0)
     expect(exited is None, "the plugin to wait for the kubelet",
            f"it exited with code {exited.get('returncode') if exited else ''} before kubelet.sock existed")
     t1 = env.now()

@@ -6,13 +6,8 @@ import random
 
 from harness.checks import MUST, SHOULD, check, expect
 from harness.env import DPEnv
-from harness.timeline import Event
 
 RESTARTS = 5  # checks.md DP-RST-02
-
-
-def ids_of(msg: Event) -> list[str]:
-    return sorted(d.get("ID", "") for d in msg.get("message", {}).get("devices", []))
 
 
 def instance(env: DPEnv) -> int:
@@ -24,6 +19,7 @@ def instance(env: DPEnv) -> int:
 def test_reregisters_after_restart(dp_env: DPEnv) -> None:
     env = dp_env.start()
     reg1, list1 = env.registered_and_listed()
+    env.need_devices(list1, 1, healthy=False)
     t = env.now()
     env.node.restart_kubelet()
     reg2, list2 = env.registered_and_listed(t)
@@ -31,7 +27,7 @@ def test_reregisters_after_restart(dp_env: DPEnv) -> None:
            f"instance {reg2.get('instance')}")
     expect(reg2.get("resource") == reg1.get("resource"), f"resource {reg1.get('resource')}",
            f"{reg2.get('resource')} at {env.at(reg2)}")
-    expect(ids_of(list2) == ids_of(list1), f"devices {ids_of(list1)}", f"{ids_of(list2)} at {env.at(list2)}")
+    expect(list2.ids == list1.ids, f"devices {list1.ids}", list2.describe())
 
 
 @check("DP-RST-02", MUST, "five back-to-back kubelet restarts, one during registration: it re-registers every time")
@@ -86,7 +82,8 @@ def test_long_outage(dp_env: DPEnv) -> None:
 def test_plugin_restart(dp_env: DPEnv) -> None:
     env = dp_env.start()
     _reg1, list1 = env.registered_and_listed()
+    env.need_devices(list1, 1, healthy=False)
     t = env.now()
     env.subject.restart(crash=True)
     _reg2, list2 = env.registered_and_listed(t)
-    expect(ids_of(list2) == ids_of(list1), f"devices {ids_of(list1)}", f"{ids_of(list2)} at {env.at(list2)}")
+    expect(list2.ids == list1.ids, f"devices {list1.ids}", list2.describe())

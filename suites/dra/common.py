@@ -49,3 +49,15 @@ def prepared(env: DRAEnv, count: int = 1) -> tuple[dict[str, str], dict[str, Any
 
 def device_set(result: dict[str, Any]) -> list[tuple[str, str]]:
     return sorted((d["pool"], d["device"]) for d in result["devices"])
+
+
+def health_started(env: DRAEnv, since_ns: int) -> Event | None:
+    """The kubelet's first health message from the driver, or None once its stream is refused as
+    Unimplemented (no DRAResourceHealth) or nothing came within T."""
+    def done(e: Event) -> bool:
+        if e.get("driver") != env.driver:
+            return False
+        return e.kind == "dra.health" or (e.kind == "dra.health_stream" and e.get("state") == "ended"
+                                          and "Unimplemented" in str(e.get("error")) and not e.get("messages"))
+    event = env.timeline.wait_quiet(done, env.profile.reaction_s, since_ns)
+    return event if event is not None and event.kind == "dra.health" else None

@@ -13,7 +13,7 @@ from harness.kubelet.pluginwatcher import DRA_PLUGIN, GETINFO_TIMEOUT_S
 from harness.kubelet.validation import is_dns1123_subdomain
 from harness.kubelet.versions import KUBELET_VERSIONS
 from harness.sandbox import SOCKET_PATH_MAX
-from suites.dra.common import is_socket, registered
+from suites.dra.common import health_started, is_socket, registered
 
 # Every GetInfo version string some kubelet we model understands: DRA and health services.
 HEALTH_SERVICES = {f"{version}.DRAResourceHealth": version for version in HEALTH}
@@ -113,8 +113,7 @@ def test_one_connection(dra_env: DRAEnv) -> None:
     if not env.kubelet_version.health_versions:
         not_applicable(f"kubelet {env.kubelet_version.name} does not call DRAResourceHealth")
     reg = registered(env)
-    seen = env.timeline.wait_quiet(
-        lambda e: e.kind == "dra.health" and e.get("driver") == env.driver, env.profile.reaction_s, reg.t_ns)
+    seen = health_started(env, reg.t_ns)
     if seen is not None:
         env.conn().node_prepare([], timeout_s=env.profile.dra_call_timeout_s)  # and the DRA service, same channel
         return
