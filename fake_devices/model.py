@@ -34,6 +34,7 @@ PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
 # The legacy format names the device node `dev`; the full format calls it `node`.
 LEGACY_NODE_KEY = "dev"
 TOP_LEVEL_KEYS = ("seed", "devices")
+OPTIONAL_FIELDS = ("driver",)  # dumped only when set
 
 
 @dataclass
@@ -52,6 +53,9 @@ class Device:
     present: bool = True
     ecc_errors: int = 0
     node: str = ""
+    # The kernel driver bound to the device (sysfs `driver` link); "" means the
+    # skin's default. Optional, so inventories written before it load unchanged.
+    driver: str = ""
 
     def __post_init__(self) -> None:
         # Derived defaults: a hand-built Device(id="gpu-0") is as complete as a loaded one.
@@ -63,8 +67,13 @@ class Device:
             self.serial = default_serial(self.id)
 
     def to_dict(self) -> dict[str, Any]:
-        """Field name -> value, in declaration order (the YAML key order)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Field name -> value, in declaration order (the YAML key order).
+
+        An unset `driver` is left out, so inventories that never name one dump
+        byte for byte as they did before the field existed.
+        """
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in OPTIONAL_FIELDS or getattr(self, f.name)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int = 0) -> Device:
@@ -207,7 +216,9 @@ def _check_field(label: str, name: str, value: Any) -> Any:
     def bad(expected: str) -> ValueError:
         return ValueError(f"{label}: field {name!r}: expected {expected}, got {value!r}")
 
-    if name in ("id", "node"):
+    if name == "driver" and value == "":
+        return value
+    if name in ("id", "node", "driver"):
         if not isinstance(value, str) or not NAME_RE.match(value):
             raise bad("a name of letters, digits, '.', '_' or '-' (no '/')")
         return value

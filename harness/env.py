@@ -15,10 +15,7 @@ from typing import Any
 
 import yaml
 
-try:
-    from fake_devices.access import AccessTrace
-except ImportError:  # TEMP until fake_devices/access.py lands
-    AccessTrace = None  # type: ignore[assignment,misc]
+from fake_devices.access import AccessTrace
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
 from harness.checks import not_exercised
@@ -159,7 +156,7 @@ class DPEnv:
         self.node.start_kubelet()
 
     def start_subject(self) -> None:
-        if self.devices is not None and self.access is None and AccessTrace is not None:
+        if self.devices is not None and self.access is None:
             # Before the plugin starts, so that its first scan is seen too.
             self.access = AccessTrace(self.devices.root, self.timeline).start()
         self.subject.start()
@@ -234,11 +231,13 @@ class DPEnv:
 
     def settled(self, reg: Event, since_ns: int | None = None) -> Listing:
         """The plugin's device list as the kubelet holds it once it stops changing (harness/listing.py)."""
-        since = reg.t_ns if since_ns is None else since_ns
+        # Messages are keyed by the registration's endpoint; the first may come before the
+        # Register call's own event is recorded (the kubelet dials and streams inside Register).
+        since = 0 if since_ns is None else since_ns
         listing = wait_settled(self.timeline, reg.get("endpoint_id"), self.profile.reaction_s, since,
                                abort=self._exit_abort)
         if listing.event is not None:
-            self.timed(listing.event, since, "the device list settled")
+            self.timed(listing.event, since or reg.t_ns, "the device list settled")
         return listing
 
     def registered_and_listed(self, since_ns: int = 0) -> tuple[Event, Listing]:

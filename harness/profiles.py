@@ -79,7 +79,8 @@ class Profile:
         if not 0 < seconds <= self.reaction_s:
             raise ValueError(f"--reaction-bound {seconds:g}: must be positive and at most the kubelet's "
                              f"{self.reaction_s:g}s")
-        return replace(self, reaction_s=seconds, long_outage_s=seconds + 0.5, shortened=seconds < self.reaction_s,
+        return replace(self, reaction_s=seconds, long_outage_s=seconds + OUTAGE_MARGIN_S,
+                       shortened=seconds < self.reaction_s,
                        budget_s=None if self.budget_s is None else min(self.budget_s, seconds))
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from fake_devices import cli
 from fake_devices.backend import DeviceBackend
 from fake_devices.control import ControlClient, ControlServer
 from fake_devices.generate import generate
-from fake_devices.materialize import Materializer
+from fake_devices.materialize import Materializer, pci_bdf
 from fake_devices.model import Device, Inventory
 from fake_devices.scripts import (
     Step,
@@ -41,6 +43,15 @@ WAIT_S = 5.0  # upper bound for anything asynchronous; passing runs take millise
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[DeviceBackend]:
     b = DeviceBackend(tmp_path / "hw", generate(1), Timeline())
+    try:
+        yield b.start()
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def backend_drm(tmp_path: Path) -> Iterator[DeviceBackend]:
+    b = DeviceBackend(tmp_path / "hw", generate(1), Timeline(), skin="drm")
     try:
         yield b.start()
     finally:
@@ -177,15 +188,195 @@ def test_drm_skin_adds_the_drm_layout_for_gpus(tmp_path: Path) -> None:
         assert (tmp_path / "dev" / "dri" / f"card{n}").exists()
         assert (tmp_path / "dev" / "dri" / f"renderD{128 + n}").exists()
         assert (m.device_dir(gpu) / "health").is_file()  # the neutral files too
-    assert sorted(p.name for p in (tmp_path / "sys" / "class" / "drm").iterdir()) == ["card0", "card1"]
+    assert sorted(p.name for p in (tmp_path / "sys" / "class" / "drm").iterdir()) == [
+        "card0", "card1", "renderD128", "renderD129"]
     m.remove_device(inv.get("gpu-1"))
-    assert not (tmp_path / "sys" / "class" / "drm" / "card1").exists()
+    assert not os.path.lexists(tmp_path / "sys" / "class" / "drm" / "card1")
     assert not (tmp_path / "dev" / "dri" / "card1").exists() and not (tmp_path / "dev" / "dri" / "renderD129").exists()
     assert not (tmp_path / "sys" / "class" / "gpu" / "gpu-1").exists() and not (tmp_path / "dev" / "fakegpu1").exists()
     m.write_device(inv.get("gpu-1"))  # replugged: the same card number again
     assert read(tmp_path / "sys" / "class" / "drm" / "card1" / "device" / "vendor") == "0x8086\n"
     with pytest.raises(ValueError, match="unknown skin"):
         Materializer(tmp_path, skin="nvidia")
+
+
+def drm_tree(tmp_path: Path, inv: Inventory | None = None) -> tuple[Materializer, Inventory]:
+    inv = inv or generate(2, {"gpu": 2, "nic": 1})
+    m = Materializer(tmp_path, skin="drm")
+    m.write_all(inv)
+    return m, inv
+
+
+def test_drm_cards_link_into_pci_device_dirs_as_on_linux(tmp_path: Path) -> None:
+    m, inv = drm_tree(tmp_path)
+    sys_dir = tmp_path / "sys"
+    for n, gpu in enumerate(d for d in inv.devices if d.cls == "gpu"):
+        bdf = gpu.pci_address
+        pci = sys_dir / "devices" / "pci0000:00" / bdf
+        assert m.pci_dir(gpu) == pci and pci.is_dir() and not pci.is_symlink()
+        for name in (f"card{n}", f"renderD{128 + n}"):
+            link = sys_dir / "class" / "drm" / name
+            # Relative, and inside ROOT/sys: the tree stays valid wherever ROOT/sys is seen.
+            assert os.readlink(link) == f"../../devices/pci0000:00/{bdf}/drm/{name}"
+            assert link.resolve() == (pci / "drm" / name).resolve()
+            assert (link / "device").resolve() == pci.resolve()
+            assert (link / "subsystem").resolve() == (sys_dir / "class" / "drm").resolve()
+        # What `readlink -f /sys/class/drm/cardN/device` gives a plugin: the PCI address.
+        assert os.path.realpath(sys_dir / "class" / "drm" / f"card{n}" / "device").endswith("/" + bdf)
+        assert read(pci / "class") == "0x030000\n"
+        assert read(pci / "vendor") == read(pci / "subsystem_vendor") == "0x8086\n"
+        assert read(pci / "device") == read(pci / "subsystem_device")
+        assert read(pci / "numa_node") == f"{gpu.numa}\n"
+        assert read(pci / "local_cpulist").strip()
+        uevent = read(pci / "uevent")
+        device_id = read(pci / "device").strip()[2:].upper()
+        assert "DRIVER=i915\n" in uevent and f"PCI_SLOT_NAME={bdf}\n" in uevent
+        assert f"PCI_ID=8086:{device_id}\n" in uevent
+        assert read(pci / "drm" / f"card{n}" / "dev") == f"226:{n}\n"
+        assert read(pci / "drm" / f"renderD{128 + n}" / "dev") == f"226:{128 + n}\n"
+        # The driver: a link to the bus's driver dir, which links back.
+        assert os.readlink(pci / "driver") == "../../../bus/pci/drivers/i915"
+        assert (pci / "driver").resolve() == (sys_dir / "bus" / "pci" / "drivers" / "i915").resolve()
+        assert (sys_dir / "bus" / "pci" / "drivers" / "i915" / bdf).resolve() == pci.resolve()
+        assert (sys_dir / "bus" / "pci" / "devices" / bdf).resolve() == pci.resolve()
+        # udev's by-path names.
+        by_path = tmp_path / "dev" / "dri" / "by-path"
+        assert os.readlink(by_path / f"pci-{bdf}-card") == f"../card{n}"
+        assert os.readlink(by_path / f"pci-{bdf}-render") == f"../renderD{128 + n}"
+        assert (by_path / f"pci-{bdf}-card").resolve() == (tmp_path / "dev" / "dri" / f"card{n}").resolve()
+    # Only gpus get a DRM identity; the nic keeps its neutral dir only.
+    nic = inv.get("nic-0")
+    assert m.pci_dir(nic) is None and not (sys_dir / "devices" / "pci0000:00" / nic.pci_address).exists()
+    assert not [p for p in tmp_path.rglob(".*") if p.is_file() or p.is_symlink()]  # no temp files or links
+
+
+def test_drm_tree_resolves_when_its_sys_is_seen_elsewhere(tmp_path: Path) -> None:
+    """The links stay inside ROOT/sys: a copy (as a bind of ROOT/sys over /sys would show it) resolves the same."""
+    _, inv = drm_tree(tmp_path / "hw")
+    moved = tmp_path / "elsewhere" / "sys"
+    shutil.copytree(tmp_path / "hw" / "sys", moved, symlinks=True)
+    bdf = inv.get("gpu-1").pci_address
+    card = moved / "class" / "drm" / "card1"
+    assert os.path.realpath(card / "device") == str(moved / "devices" / "pci0000:00" / bdf)
+    assert os.path.basename(os.path.realpath(card / "device" / "driver")) == "i915"
+    assert read(card / "device" / "vendor") == "0x8086\n"
+
+
+def test_drm_tree_resolves_with_root_sys_bound_over_sys(tmp_path: Path) -> None:
+    """What the module docstring tells launchers to do, done: ROOT/sys over /sys in a private mount namespace."""
+    _, inv = drm_tree(tmp_path)
+    unshare = shutil.which("unshare")
+    if unshare is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to bind over /sys in a private mount namespace")
+    script = ("mount --bind \"$1\" /sys && readlink -f /sys/class/drm/card1/device "
+              "&& readlink -f /sys/class/drm/card1/device/driver && cat /sys/class/drm/card1/device/vendor")
+    proc = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                           str(tmp_path / "sys")], capture_output=True, text=True, timeout=WAIT_S)
+    if proc.returncode != 0 and ("unshare:" in proc.stderr or "permission denied" in proc.stderr.lower()):
+        pytest.skip(f"no private mount namespace here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    bdf = inv.get("gpu-1").pci_address
+    assert proc.stdout.split() == [f"/sys/devices/pci0000:00/{bdf}", "/sys/bus/pci/drivers/i915", "0x8086"]
+
+
+def test_drm_driver_comes_from_the_inventory(tmp_path: Path) -> None:
+    inv = generate(2, {"gpu": 2})
+    inv.devices[1].driver = "xe"
+    m, _ = drm_tree(tmp_path, inv)
+    pci0, pci1 = m.pci_dir(inv.devices[0]), m.pci_dir(inv.devices[1])
+    assert pci0 is not None and pci1 is not None
+    assert os.path.basename(os.readlink(pci0 / "driver")) == "i915"
+    assert os.path.basename(os.readlink(pci1 / "driver")) == "xe"
+    assert "DRIVER=xe\n" in read(pci1 / "uevent")
+    assert (tmp_path / "sys" / "bus" / "pci" / "drivers" / "xe" / pci1.name).resolve() == pci1.resolve()
+    assert not os.path.lexists(tmp_path / "sys" / "bus" / "pci" / "drivers" / "i915" / pci1.name)
+    # The field round-trips through YAML, and inventories without it dump as before.
+    again = Inventory.from_yaml(inv.to_yaml())
+    assert again.devices[1].driver == "xe" and "driver" not in again.devices[0].to_dict()
+    with pytest.raises(ValueError, match="field 'driver'"):
+        Inventory.from_yaml("devices: [{id: gpu-0, driver: ../i915}]")
+
+
+def test_drm_skin_normalises_pci_addresses_and_refuses_shared_ones(tmp_path: Path) -> None:
+    assert pci_bdf("3B:00.0") == "0000:3b:00.0" and pci_bdf("0000:3b:1f.7") == "0000:3b:1f.7"
+    with pytest.raises(ValueError, match="not a PCI address"):
+        pci_bdf("3b-00-0")
+    gpu = Device(id="gpu-0", cls="gpu", pci_address="3B:00.0")  # hand-built: not validated
+    m = Materializer(tmp_path / "a", skin="drm")
+    m.write_all(Inventory(devices=[gpu]))
+    assert (tmp_path / "a" / "sys" / "devices" / "pci0000:00" / "0000:3b:00.0" / "vendor").is_file()
+    twins = Inventory(devices=[Device(id="gpu-0", cls="gpu", pci_address="0000:3b:00.0"),
+                               Device(id="gpu-1", cls="gpu", pci_address="0000:3b:00.0")])
+    with pytest.raises(ValueError, match=r"'gpu-1': PCI address 0000:3b:00\.0 is also 'gpu-0'"):
+        Materializer(tmp_path / "b", skin="drm").write_all(twins)
+
+
+def test_drm_nodes_carry_the_drm_numbers(tmp_path: Path) -> None:
+    m, _ = drm_tree(tmp_path)
+    if not m.char_devices:
+        pytest.skip(f"mknod is not permitted here ({m.mknod_error}), so nodes are regular files")
+    for n in (0, 1):
+        for name, minor in ((f"card{n}", n), (f"renderD{128 + n}", 128 + n)):
+            st = os.lstat(tmp_path / "dev" / "dri" / name)
+            assert stat.S_ISCHR(st.st_mode), name
+            assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (226, minor), name
+            assert stat.S_IMODE(st.st_mode) == 0o666
+    st = os.lstat(tmp_path / "dev" / "fakegpu0")  # neutral nodes stay harmless: /dev/null's numbers
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+
+
+def test_drm_nodes_are_regular_files_with_a_reason_without_mknod(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kw: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "mknod", refuse)
+    m, _ = drm_tree(tmp_path)
+    assert m.char_devices is False and "Operation not permitted" in (m.mknod_error or "")
+    assert stat.S_ISREG(os.lstat(tmp_path / "dev" / "dri" / "renderD129").st_mode)
+
+
+def test_drm_unplug_removes_every_link_and_plug_restores_them(backend_drm: DeviceBackend) -> None:
+    m, root = backend_drm.materializer, backend_drm.root
+    gpu = backend_drm.devices()[1]
+    pci = m.pci_dir(gpu)
+    assert pci is not None
+    bdf = pci.name
+    paths = [*m.class_links(gpu), *m.bus_links(gpu), *m.by_path_links(gpu), *m.drm_node_paths(gpu),
+             pci, m.device_dir(gpu), m.node_path(gpu)]
+    assert all(os.path.lexists(p) for p in paths)
+    with INotify() as inotify:
+        inotify.add_watch(str(root / "sys" / "class" / "drm"), IN.CREATE | IN.DELETE | IN.MOVED_TO)
+        inotify.add_watch(str(pci.parent), IN.CREATE | IN.MOVED_TO | IN.MOVED_FROM)
+        backend_drm.unplug(gpu.id)
+        assert not [p for p in paths if os.path.lexists(p)]
+        assert sorted(name for name, mask in drain(inotify) if mask & IN.DELETE) == ["card1", "renderD129"]
+        assert not os.path.lexists(root / "sys" / "bus" / "pci" / "drivers" / "i915" / bdf)
+        backend_drm.fail(gpu.id)  # changed while unplugged
+        backend_drm.plug(gpu.id)
+        assert all(os.path.lexists(p) for p in paths)
+        events = drain(inotify)
+        # The PCI dir arrives whole by rename, and the class links come after it.
+        assert (bdf, IN.MOVED_TO | IN.ISDIR) in events and (bdf, IN.CREATE | IN.ISDIR) not in events
+        order = [name for name, _ in events]
+        assert order.index(bdf) < order.index("card1") and order.index(bdf) < order.index("renderD129")
+    card = root / "sys" / "class" / "drm" / "card1"  # the same card number again
+    assert os.path.realpath(card / "device").endswith("/" + bdf)
+    assert read(m.device_dir(gpu) / "health") == "Unhealthy\n"
+
+
+def test_drm_updates_do_not_rewrite_unchanged_files(backend_drm: DeviceBackend) -> None:
+    gpu = backend_drm.devices()[0]
+    pci = backend_drm.materializer.pci_dir(gpu)
+    assert pci is not None
+    with INotify() as inotify:
+        for d in (pci, pci / "drm" / "card0", backend_drm.materializer.device_dir(gpu)):
+            inotify.add_watch(str(d), IN.CREATE | IN.MOVED_TO | IN.OPEN | IN.ACCESS)
+        backend_drm.heat(gpu.id, 88.0)
+        events = drain(inotify)
+    # One atomic replace of `temperature`; nothing else touched, and nothing opened under its real name.
+    assert [name for name, mask in events if mask & IN.MOVED_TO] == ["temperature"]
+    assert not [name for name, mask in events if mask & (IN.OPEN | IN.ACCESS) and not name.startswith(".")]
 
 
 def test_nodes_are_char_devices_or_regular_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
