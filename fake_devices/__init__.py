@@ -5,5 +5,6 @@
 - `materialize`: the sysfs/dev-like tree plugins read ("neutral" and "drm" skins);
 - `backend`: `DeviceBackend`, live devices whose changes reach the tree and the timeline;
 - `scripts`: seeded fault scripts and `run_script`;
+- `access`: `AccessTrace`, which files of the tree a plugin reads (inotify), so coverage is a fact;
 - `control`, `cli`: the unix-socket control API and `fakelet devices`.
 """
