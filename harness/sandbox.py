@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from harness.reaper import claim
+
 SANDBOX_PREFIX = "fakelet-"
 PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginPath
 REGISTRY_DIR_NAME = "plugins_registry"  # kubelet config.DefaultKubeletPluginsRegistrationDirName
@@ -41,6 +43,7 @@ class Sandbox:
         check_base(str(root) if root else None)
         self.path = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir=root))
         os.chmod(self.path, 0o700)
+        claim(self.path)  # a run killed outright leaves this behind; the next run reaps it
         for sub in ("kubelet", "dev", "logs", "run"):
             (self.path / sub).mkdir()
         self.plugin_dir.mkdir(mode=0o750)

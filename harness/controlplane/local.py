@@ -42,6 +42,7 @@ from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavai
 from harness.controlplane.client import ApiError, ClusterAccess, KubeClient
 from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.launchers import _die_with_parent
+from harness.reaper import claim, reap
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
 STOP_GRACE_S = 5.0  # after SIGTERM, how long before SIGKILL (kube-apiserver drains requests first)
@@ -50,7 +51,6 @@ READYZ_TIMEOUT_S = 2.0  # one /readyz call
 PORT_ATTEMPTS = 3  # a free port picked here can be taken before the server binds it: retry with new ports
 LOG_TAIL_LINES = 15
 WORKDIR_PREFIX = "fakelet-cp-"
-OWNER_FILE = "owner.pid"  # who made a workdir: a SIGKILLed harness cannot remove its own, the next start does
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # any private range: nothing routes to services here
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"  # kubeadm's default service-account issuer
 ADMIN_USER = "fakelet-admin"
@@ -78,21 +78,6 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return "(no log)"
     return "\n".join("    " + line[:300] for line in text.splitlines()[-lines:]) or "    (empty log)"
-
-
-def _sweep_stale_workdirs(parent: Path) -> None:
-    """Remove workdirs whose owner died without stop() (SIGKILL); its servers died with it (pdeathsig)."""
-    for workdir in parent.glob(f"{WORKDIR_PREFIX}*"):
-        try:
-            pid = int((workdir / OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue  # not ours, or still being set up
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(workdir, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
 
 
 def _free_port() -> int:
@@ -245,9 +230,10 @@ class LocalControlPlane:
         atexit.register(self.stop)
         try:
             parent = Path(self.parent_dir or tempfile.gettempdir())
-            _sweep_stale_workdirs(parent)
+            # A SIGKILLed harness cannot remove its workdir (its servers died with it: pdeathsig).
+            reap(parent)
             self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=parent))  # 0700
-            (self.workdir / OWNER_FILE).write_text(str(os.getpid()))
+            claim(self.workdir)
             token = secrets.token_hex(24)
             self._prepare(token)
             for attempt in range(PORT_ATTEMPTS):

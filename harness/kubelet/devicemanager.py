@@ -226,6 +226,8 @@ class DeviceManager:
         if error is None:
             endpoint, options, error = self._dial(request.resource_name,
                                                   go_join(self.plugin_dir, request.endpoint))
+            # DP-REG-01: whether the endpoint spoke gRPC when the kubelet called it inside Register.
+            event["options_call"] = {"ok": error is None, "error": error}
         if error is None and self._server is None:
             error = "kubelet is shutting down"
         if error is not None:

@@ -35,6 +35,7 @@ DP_DEFECTS: dict[str, str] = {
     "slow-health": "reports health changes 40 s late (past the kubelet's 30 s reaction bound)",
     "ignore-sigterm": "ignores SIGTERM",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
+    "silent-endpoint": "registers an endpoint that accepts connections but speaks no gRPC",
 }
 
 # Legal quirks of real plugins. A benign behaviour is run like a defect (`--defect NAME`)

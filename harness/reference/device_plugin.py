@@ -194,6 +194,7 @@ class ReferencePlugin:
         self.terminating = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self.server: grpc.Server | None = None
+        self._silent: socket.socket | None = None  # silent-endpoint mutant
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
@@ -308,10 +309,14 @@ class ReferencePlugin:
         options.CopyFrom(self.options)
         if self.has("options-mismatch"):
             options.pre_start_required = not options.pre_start_required
+        endpoint = self.socket_name
+        if self.has("endpoint-traversal"):
+            endpoint = f"../{self.plugin_dir.name}/{self.socket_name}"
+        elif self.has("silent-endpoint"):
+            endpoint = self._silent_socket()
         request = dp.RegisterRequest(
             version="v1alpha" if self.has("wrong-version") else API_VERSION,
-            endpoint=f"../{self.plugin_dir.name}/{self.socket_name}" if self.has("endpoint-traversal")
-            else self.socket_name,
+            endpoint=endpoint,
             resource_name=self.resource.split("/")[-1] if self.has("bad-resource-name") else self.resource,
             options=options,
         )
@@ -325,6 +330,16 @@ class ReferencePlugin:
             channel.close()
         log.info("registered %s at %s", self.resource, self.kubelet_socket)
         return True
+
+    def _silent_socket(self) -> str:
+        """silent-endpoint: a socket the kernel accepts connections on, and nobody ever answers."""
+        name = "silent-" + self.socket_name
+        if self._silent is None:
+            (self.plugin_dir / name).unlink(missing_ok=True)
+            self._silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._silent.bind(str(self.plugin_dir / name))
+            self._silent.listen(64)
+        return name
 
     def run(self) -> None:
         watcher = INotify()

@@ -24,6 +24,12 @@ def test_serves_before_register(dp_env: DPEnv) -> None:
     probe = reg.get("probe")
     expect(probe["ok"], "the endpoint to accept connections when Register arrived",
            f"{probe.get('error')} at {env.at(reg)}")
+    # A socket that accepts connections but speaks no gRPC is not serving: the kubelet's own
+    # GetDevicePluginOptions, made inside Register, must have answered.
+    call = reg.get("options_call")
+    if call is not None:
+        expect(call["ok"], "GetDevicePluginOptions on the endpoint to answer when Register arrived",
+               f"{call.get('error')} at {env.at(reg)}")
 
 
 @check("DP-REG-02", MUST, "RegisterRequest.version is v1beta1")

@@ -1,0 +1,44 @@
+"""Leftovers of runs killed outright are removed by the next run, and only those."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.reaper import OWNER_FILE, claim, owner_alive, reap
+from harness.sandbox import Sandbox
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_dead_owners_are_reaped_live_and_foreign_dirs_kept(tmp_path: Path) -> None:
+    dead, live, foreign, reused = (tmp_path / f"fakelet-{n}" for n in ("dead", "live", "foreign", "reused"))
+    for d in (dead, live, foreign, reused):
+        d.mkdir()
+        (d / "kubelet.sock").touch()
+    claim(dead, dead_pid())
+    claim(live)
+    # The same pid, but another process (a different start time): its owner is gone.
+    (reused / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start": "1"}))
+    assert owner_alive(live) is True and owner_alive(foreign) is None
+    assert sorted(reap(tmp_path)) == sorted([dead, reused])
+    assert live.exists() and foreign.exists() and not dead.exists() and not reused.exists()
+
+
+def test_a_sandbox_of_a_killed_run_is_reaped(tmp: Path) -> None:
+    tmp_path = tmp  # short: sandboxes hold unix sockets
+    code = ("from harness.sandbox import Sandbox; from pathlib import Path; "
+            f"print(Sandbox(Path({str(tmp_path)!r})).path)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    left = Path(proc.stdout.strip())
+    assert left.exists() and owner_alive(left) is False  # its process exited without close()
+    assert reap(tmp_path) == [left] and not left.exists()
+    with Sandbox(tmp_path) as mine:
+        assert reap(tmp_path) == [] and mine.path.exists()
