@@ -2,20 +2,27 @@
 
     fakelet run                                  # every bundled reference subject, fast profile
     fakelet run --subject NAME [--defect D] [--profile fast|upstream] [--check ID ...] [--seed N] [--out DIR]
+    fakelet run --subject-file my-plugin.yaml    # a subject profile of your own (schema: fixtures/subjects)
     fakelet run --plugin-cmd "CMD ..." --resource example.com/foo [--mount-namespace]
     fakelet run --plugin-cmd "CMD ..." --kind dra --driver gpu.example.com [--kubelet-version 1.32|...|newest]
                 [--control-plane local|kubeconfig:PATH|none]
+      one-off changes to any of them: [--inventory PATH_OR_NAME] [--skin neutral|drm] [--env KEY=VALUE ...]
+                [--pass-env NAME ...] [--private-dir PATH ...] [--device-ids opaque|inventory]
+                [--observes health,temperature,hotplug]
+    fakelet up [the same subject flags] [--for SECONDS]
     fakelet subjects
 
-Each subject runs in its own pytest process over the `suites` package with
-the fakelet plugin, so the CLI and `pytest --fakelet-*` share one code path.
+Every flag is validated (RunConfig.build) before anything starts. Each
+subject then runs in its own pytest process over the `suites` package with
+the fakelet plugin, which gets the whole validated run as one file
+(`--fakelet-config`, removed after the run), so nothing is parsed twice.
 Exit code: 0 when every MUST check of every subject passed, 1 when one did
 not, 2 on bad input or a harness error.
 """
-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -23,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from fake_devices.cli import main as devices_main
@@ -30,10 +38,11 @@ from harness.checks import catalog
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.profiles import PROFILES
-from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig
+from harness.reaper import claim, reap
+from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Overrides, RunConfig, parse_observes
 from harness.session import Session
-from harness.subjects import ProfileError, all_subjects
-from reports.model import CONFORMANT, EXIT_CODES, SubjectReport, run_status
+from harness.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
+from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, SubjectReport, run_status
 from reports.writers import write_all
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
@@ -44,43 +53,78 @@ class UsageError(Exception):
     pass
 
 
+def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
+    """Which plugin to run: a bundled subject, a subject file of the user's own, or a command line."""
+    if many:
+        p.add_argument("--subject", action="append", default=[], metavar="NAME",
+                       help="subject profile to run (repeatable); default: every bundled reference subject")
+    else:
+        p.add_argument("--subject", metavar="NAME", help="subject profile (default reference-dp)")
+    p.add_argument("--subject-file", metavar="PATH",
+                   help="a subject profile YAML of your own (the schema of fixtures/subjects/*.yaml)")
+    p.add_argument("--defect", help="run the subject as a mutant with this named defect")
+    p.add_argument("--plugin-cmd", help="launch this plugin command instead of a named subject")
+    p.add_argument("--resource", help="the resource name the --plugin-cmd plugin registers")
+    p.add_argument("--kind", choices=sorted(SUITES), help="what --plugin-cmd launches (default device-plugin)")
+    p.add_argument("--driver", help="the DRA driver name of a --kind dra --plugin-cmd driver")
+    p.add_argument("--mount-namespace", action="store_true",
+                   help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
+    p.add_argument("--binary", help="prebuilt binary for the subject's {bin}")
+
+
+def _add_one_off_flags(p: argparse.ArgumentParser) -> None:
+    """Changes to the subject for this run only, whichever way it was chosen."""
+    p.add_argument("--inventory", metavar="PATH_OR_NAME",
+                   help="fake hardware for the plugin: an inventory YAML, or a bundled one by name (basic, gpus-seed7)")
+    p.add_argument("--skin", choices=list(SKINS),
+                   help="sysfs layout of the fake hardware (default neutral; alone it implies --inventory basic)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set KEY in the plugin's environment; VALUE is a template (repeatable)")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="copy NAME from fakelet's environment into the plugin's (repeatable)")
+    p.add_argument("--private-dir", action="append", default=[], metavar="PATH",
+                   help="give a mount-namespace plugin a private, empty copy of this host directory (repeatable)")
+    p.add_argument("--device-ids", choices=list(DEVICE_IDS),
+                   help="inventory: the plugin lists the inventory's device IDs; opaque: its own names (by count)")
+    p.add_argument("--observes", action="append", default=[], metavar="LIST",
+                   help="fake-hardware changes the plugin reacts to: health,temperature,hotplug (default none "
+                        "for --plugin-cmd)")
+
+
+def _add_world_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    p.add_argument("--seed", type=int, default=0, help="seed for fault schedules (default 0)")
+    p.add_argument("--kubelet-version", default="default", metavar="VERSION",
+                   help=f"kubelet to imitate for DRA: {', '.join(KUBELET_VERSIONS)} or newest (default "
+                        f"{DEFAULT_KUBELET_VERSION}); it decides which DRA and health versions are negotiated")
+    p.add_argument("--control-plane", default="local", metavar="SPEC",
+                   help="API server for DRA: local (kube-apiserver + etcd), kubeconfig:PATH (an existing "
+                        "cluster), or none (checks that need one skip)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
                                      "for Kubernetes device plugins and DRA drivers.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run conformance checks and write reports")
-    run.add_argument("--subject", action="append", default=[], metavar="NAME",
-                     help="subject profile to run (repeatable); default: every bundled reference subject")
-    run.add_argument("--defect", help="run the subject as a mutant with this named defect")
-    run.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    _add_subject_flags(run, many=True)
+    _add_one_off_flags(run)
+    _add_world_flags(run)
     run.add_argument("--check", action="append", default=[], metavar="ID", help="run only this check (repeatable)")
-    run.add_argument("--seed", type=int, default=0, help="seed for fault schedules (default 0)")
     run.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
-    run.add_argument("--plugin-cmd", help="launch this device plugin command instead of a named subject")
-    run.add_argument("--resource", help="the resource name the --plugin-cmd plugin registers")
-    run.add_argument("--mount-namespace", action="store_true",
-                     help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
-    run.add_argument("--binary", help="prebuilt binary for a subject whose profile builds one")
-    run.add_argument("--kind", default="device-plugin", choices=sorted(SUITES),
-                     help="what --plugin-cmd launches (default device-plugin)")
-    run.add_argument("--driver", help="the DRA driver name of a --kind dra --plugin-cmd driver")
-    run.add_argument("--kubelet-version", default="default", metavar="VERSION",
-                     help=f"kubelet to imitate for DRA: {', '.join(KUBELET_VERSIONS)} or newest (default "
-                          f"{DEFAULT_KUBELET_VERSION}); it decides which DRA and health versions are negotiated")
-    run.add_argument("--control-plane", default="local", metavar="SPEC",
-                     help="API server for DRA: local (starts kube-apiserver + etcd once for the run), "
-                          "kubeconfig:PATH (an existing cluster), or none (checks that need one skip)")
     run.add_argument("-j", "--jobs", type=int, default=2,
-                     help="checks run in parallel, each in its own sandbox (default 2; 1 for strictly serial)")
+                     help=f"checks run in parallel, each in its own sandbox (default 2, at most {max_jobs()}; "
+                          "1 for strictly serial)")
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    run.add_argument("--require", action="append", default=[], metavar="ID|AREA",
+                     help="a check ID or area (DP-HLT) that must be exercised: not exercised fails the run")
+    run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
+                     help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
+                          "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
     up = sub.add_parser("up", help="run one live session (kubelet, subject, fake devices) until Ctrl-C")
-    up.add_argument("--subject", default="reference-dp", help="subject profile (default reference-dp)")
-    up.add_argument("--defect", help="run the subject as a mutant with this named defect")
-    up.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
-    up.add_argument("--seed", type=int, default=0)
-    up.add_argument("--kubelet-version", default="default", metavar="VERSION", help="kubelet to imitate (DRA)")
-    up.add_argument("--control-plane", default="local", metavar="SPEC",
-                    help="API server for a DRA subject: local, kubeconfig:PATH or none")
+    _add_subject_flags(up, many=False)
+    _add_one_off_flags(up)
+    _add_world_flags(up)
     up.add_argument("--out", help="keep the session's timeline and subject log here")
     up.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop by itself after this long")
     devices = sub.add_parser("devices", add_help=False,
@@ -89,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     return parser
+
+
+def max_jobs() -> int:
+    # Each job runs a kubelet, a plugin and often a fake backend: more than a few per core only thrashes.
+    return 4 * (os.cpu_count() or 1)
 
 
 def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
@@ -100,34 +149,51 @@ def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
         raise UsageError(f"unknown check ID(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
 
+def overrides(args: argparse.Namespace) -> Overrides:
+    return Overrides(inventory=args.inventory, skin=args.skin, env=list(args.env), pass_env=list(args.pass_env),
+                     private_dirs=list(args.private_dir), device_ids=args.device_ids,
+                     observes=parse_observes(args.observes))
+
+
+def subject_names(args: argparse.Namespace) -> list[str | None]:
+    """The --subject names to build runs for; [None] when --plugin-cmd or --subject-file is the one subject."""
+    if args.plugin_cmd is not None or args.subject_file is not None:
+        return [None]
+    if args.subject:
+        return list(args.subject)
+    names: list[str | None] = [s.name for s in all_subjects() if s.reference]
+    if args.defect:
+        # `--defect D` alone: the reference subject(s) that have that defect.
+        having: list[str | None] = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
+        return having or names[:1]  # none: let RunConfig say which defects exist
+    return names
+
+
+def build_run(args: argparse.Namespace, subject: str | None, out: str | None) -> RunConfig:
+    return RunConfig.build(subject=subject, subject_file=args.subject_file, defect=args.defect,
+                           profile=args.profile, seed=args.seed, checks=getattr(args, "check", []), out=out,
+                           plugin_cmd=args.plugin_cmd, resource=args.resource, driver=args.driver,
+                           mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
+                           kubelet_version=args.kubelet_version, control_plane=args.control_plane,
+                           overrides=overrides(args), require=getattr(args, "require", []),
+                           reaction_bound=getattr(args, "reaction_bound", None))
+
+
+def check_one_subject(args: argparse.Namespace) -> None:
+    chosen = [flag for flag, value in (("--subject", args.subject), ("--subject-file", args.subject_file),
+                                       ("--plugin-cmd", args.plugin_cmd)) if value or value == ""]
+    if len(chosen) > 1:
+        raise UsageError(f"give either {chosen[0]} or {chosen[1]}, not both")
+
+
 def configs(args: argparse.Namespace) -> list[RunConfig]:
     """Validate every flag before anything starts, so bad input fails fast and leaves nothing."""
+    check_one_subject(args)
     if args.defect and len(args.subject) > 1:
         raise UsageError("--defect applies to one --subject")
-    if args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
-    if args.plugin_cmd and args.subject:
-        raise UsageError("give either --subject or --plugin-cmd, not both")
-    if args.driver and args.kind != "dra":
-        raise UsageError("--driver is for --kind dra; a device plugin takes --resource")
-    if args.kind == "dra" and args.resource:
-        raise UsageError("a --kind dra driver takes --driver, not --resource")
-    if args.plugin_cmd:
-        names: list[str | None] = [None]
-    elif args.subject:
-        names = list(args.subject)
-    else:
-        names = [s.name for s in all_subjects() if s.reference]
-        if args.defect:
-            # `--defect D` alone: the reference subject(s) that have that defect.
-            having = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
-            names = having or names[:1]  # none: let RunConfig say which defects exist
-    runs = [RunConfig.build(subject=name, defect=args.defect, profile=args.profile, seed=args.seed,
-                            checks=args.check, out=args.out, plugin_cmd=args.plugin_cmd,
-                            resource=args.resource or args.driver,
-                            mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
-                            kubelet_version=args.kubelet_version, control_plane=args.control_plane)
-            for name in names]
+    if not 1 <= args.jobs <= max_jobs():
+        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    runs = [build_run(args, name, args.out) for name in subject_names(args)]
     check_ids(args, {r.spec.kind for r in runs})
     if args.check:
         # `--check DP-...` over every reference subject runs only the subjects those checks are for.
@@ -135,49 +201,85 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     return runs
 
 
-def pytest_argv(args: argparse.Namespace, run: RunConfig, out: Path) -> list[str]:
+def up_config(args: argparse.Namespace) -> RunConfig:
+    check_one_subject(args)
+    return build_run(args, args.subject, args.out)
+
+
+def write_config(run: RunConfig, out: Path, directory: Path) -> Path:
+    """The run as the one file its pytest process reads (`--fakelet-config`), its reports going to `out`."""
+    return dataclasses.replace(run, out=out).save(directory / "run.json")
+
+
+def pytest_argv(args: argparse.Namespace, run: RunConfig, config: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "--pyargs", SUITES[run.spec.kind], "-p", "no:cacheprovider",
             "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
-            "--fakelet-profile", run.profile.name, "--fakelet-seed", str(run.seed), "--fakelet-out", str(out)]
-    if args.plugin_cmd:
-        argv += ["--fakelet-plugin-cmd", args.plugin_cmd, "--fakelet-kind", args.kind]
-        argv += ["--fakelet-driver", args.driver] if args.kind == "dra" else ["--fakelet-resource", args.resource]
-        if args.mount_namespace:
-            argv.append("--fakelet-mount-namespace")
-    else:
-        argv += ["--fakelet-subject", run.spec.name]
-    if run.defect:
-        argv += ["--fakelet-defect", run.defect]
-    if run.spec.is_dra:
-        argv += ["--fakelet-kubelet-version", run.kubelet_version.name, "--fakelet-control-plane", run.control_plane]
-    if args.binary:
-        argv += ["--fakelet-binary", args.binary]
+            "--fakelet-config", str(config)]
     if args.jobs > 1:
         argv += ["-p", "xdist", "-n", str(args.jobs)]
-    for check_id in run.checks:
-        argv += ["--fakelet-check", check_id]
     return argv
+
+
+INTERRUPT_GRACE_S = 30.0  # how long an interrupted check run may take to tear its checks down
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: carries the partial report of the subject that was running."""
+
+    def __init__(self, partial: SubjectReport | None) -> None:
+        super().__init__()
+        self.partial = partial
 
 
 def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").unlink(missing_ok=True)
     stdout = None if args.verbose else subprocess.DEVNULL
-    # pytest's own temp root (xdist makes one) must not outlive the run either.
-    basetemp = tempfile.mkdtemp(prefix="fakelet-pytest-")
-    proc = subprocess.Popen([*pytest_argv(args, run, out), "--basetemp", basetemp], stdout=stdout)
+    # pytest's own temp root (xdist makes one) and the run's config file must not outlive the run either.
+    # pytest empties its basetemp when it starts, so both live one level down.
+    scratch = Path(tempfile.mkdtemp(prefix="fakelet-pytest-"))
+    claim(scratch)
+    basetemp = str(scratch / "basetemp")
+    config = write_config(run, out, scratch)
+    # If fakelet itself is killed outright, the check run gets SIGTERM and tears down.
+    proc = subprocess.Popen(die_with_parent([*pytest_argv(args, run, config), "--basetemp", basetemp]), stdout=stdout)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
-        # The child got the same SIGINT and is tearing its checks down; let it finish.
-        proc.wait()
-        raise
+        stop_check_run(proc)
+        raise Interrupted(load_report(out, interrupted=True)) from None
     finally:
-        shutil.rmtree(basetemp, ignore_errors=True)
-    if code not in (0, 1) or not (out / "report.json").exists():
+        shutil.rmtree(scratch, ignore_errors=True)
+    report = load_report(out)
+    if code not in (0, 1) or report is None:
         raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
                            f"rerun with -v to see its output")
-    return SubjectReport.from_dict(json.loads((out / "report.json").read_text()))
+    return report
+
+
+def die_with_parent(cmd: list[str]) -> list[str]:
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+
+
+def stop_check_run(proc: subprocess.Popen[bytes]) -> None:
+    """Make the check run stop now: a terminal's Ctrl-C reached it already, a SIGTERM to us did not."""
+    if TERMINATED.is_set():
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def load_report(out: Path, interrupted: bool = False) -> SubjectReport | None:
+    try:
+        report = SubjectReport.from_dict(json.loads((out / "report.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    report.interrupted = report.interrupted or interrupted
+    return report
 
 
 def counts(s: dict) -> str:
@@ -206,8 +308,8 @@ def print_report(report: SubjectReport) -> None:
     print(f"  => {report.coverage_line()}")
 
 
-def write_index(reports: list[SubjectReport], out: Path) -> None:
-    status = run_status(reports)
+def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = False) -> None:
+    status = INTERRUPTED if interrupted else run_status(reports)
     index = {"schema_version": reports[0].schema_version if reports else "1",
              "runs": [r.to_dict() for r in reports],
              "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
@@ -239,27 +341,45 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     return plane
 
 
+def reap_dead_runs() -> None:
+    removed = reap()
+    if removed:
+        print(f"fakelet: removed {len(removed)} leftover(s) of dead runs: {', '.join(map(str, removed[:5]))}"
+              f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
+    reap_dead_runs()
     out = Path(args.out)
-    reports = []
+    reports: list[SubjectReport] = []
     plane = shared_control_plane(runs)
+    interrupted = False
     try:
         for run in runs:
             target = out if len(runs) == 1 else out / run.spec.name
             reports.append(run_one(args, run, target))
             print_report(reports[-1])
+    except Interrupted as stop:
+        interrupted = True
+        if stop.partial is not None:
+            reports.append(stop.partial)
+            print_report(stop.partial)
     finally:
         os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
         if plane is not None:
             plane.stop()
+    if interrupted:
+        not_run = [r.spec.name for r in runs[len(reports):]]
+        print(f"\nfakelet: interrupted; subjects stopped and sandboxes removed"
+              f"{'; not run: ' + ', '.join(not_run) if not_run else ''}", file=sys.stderr)
     if len(runs) > 1:
-        write_index(reports, out)
-    else:
+        write_index(reports, out, interrupted)
+    elif reports:
         write_all(reports[0], out)
-    status = run_status(reports)
+    status = INTERRUPTED if interrupted else run_status(reports)
     if len(reports) > 1:
         print(f"\nrun: {status}")
     print(f"\nreports: {out}/")
@@ -280,8 +400,8 @@ def cmd_subjects() -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--for must be positive")
-    run = RunConfig.build(subject=args.subject, defect=args.defect, profile=args.profile, seed=args.seed,
-                          out=args.out, kubelet_version=args.kubelet_version, control_plane=args.control_plane)
+    run = up_config(args)
+    reap_dead_runs()
     session = Session(run, sys.stdout)
     try:
         session.start()
@@ -303,7 +423,11 @@ def cmd_checks() -> int:
     return EXIT_OK
 
 
+TERMINATED = threading.Event()  # SIGTERM (not a terminal's Ctrl-C) stopped this run
+
+
 def _term_to_interrupt(signum: int, frame: object) -> None:
+    TERMINATED.set()
     raise KeyboardInterrupt
 
 

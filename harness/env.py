@@ -13,8 +13,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fake_devices.access import AccessTrace
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
@@ -27,7 +25,17 @@ from harness.node import FakeNode
 from harness.probe import ProbeClient
 from harness.profiles import Profile
 from harness.sandbox import Sandbox
-from harness.subjects import ProfileError, SubjectSpec, fixtures_dir, free_port, render
+from harness.subjects import (
+    EMPTY_OK,
+    ProfileError,
+    SubjectSpec,
+    empty_placeholders,
+    fixtures_dir,
+    free_port,
+    load_yaml,
+    passed_env,
+    render,
+)
 from harness.timeline import Event, Timeline
 
 REGISTRATION_KINDS = ("kubelet.register", "kubelet.start", "kubelet.stop", "process.exit", "fault.fired")
@@ -96,6 +104,8 @@ class DPEnv:
         if self.spec.backend:
             root = self._start_backend()
             values["sysfs_root"], values["dev_dir"] = str(root), str(root / "dev")
+            # {inventory} of a backend-only subject: the backend's starting inventory.
+            values["inventory"] = values["inventory"] or str(self.sandbox.path / "inventory.yaml")
         return values
 
     def _more_placeholders(self) -> dict[str, str]:
@@ -104,11 +114,17 @@ class DPEnv:
     def _start_backend(self) -> Path:
         """Materialize the fake hardware for the subject, under the sandbox."""
         assert self.spec.backend is not None
+        # Loaded specs carry absolute paths; hand-built ones may still name fixtures/-relative ones.
         source = fixtures_dir() / self.spec.backend["inventory"]
         if not source.is_file():
             raise ProfileError(f"{self.spec.source}: inventory {source} not found")
+        try:
+            inventory = Inventory.from_dict(load_yaml(source).data, str(source))
+        except ValueError as err:
+            raise ProfileError(str(err)) from None
+        shutil.copyfile(source, self.sandbox.path / "inventory.yaml")
         root = self.sandbox.path / "hw"
-        self.devices = DeviceBackend(root, Inventory.load(source), self.timeline,
+        self.devices = DeviceBackend(root, inventory, self.timeline,
                                      skin=self.spec.backend.get("skin", "neutral")).start()
         self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
         return root
@@ -119,7 +135,7 @@ class DPEnv:
             raise ProfileError(f"{self.spec.source}: inventory {self.spec.inventory} not found under {fixtures_dir()}")
         target = self.sandbox.dev_dir / "inventory.yaml"
         shutil.copyfile(source, target)
-        self.inventory = yaml.safe_load(target.read_text())["devices"]
+        self.inventory = load_yaml(target).data["devices"]
         for device in self.inventory:
             if device.get("dev"):
                 (self.sandbox.dev_dir / device["dev"]).touch()
@@ -131,11 +147,16 @@ class DPEnv:
         for name in self.spec.dev_files:
             (self.sandbox.dev_dir / name).touch()
         values = self._placeholders()
+        used = [*self.spec.command, *(self.spec.defect_args if self.defect else []), *self.spec.env.values()]
+        for name in empty_placeholders(used, values, self.spec.source):
+            self.timeline.record("subject.placeholder_empty", "harness", placeholder=name, why=EMPTY_OK[name])
         argv = [render(a, values, self.spec.source) for a in self.spec.command]
         if self.defect:
             argv += [render(a, values, self.spec.source) for a in self.spec.defect_args]
+        # A minimal environment, so that a run does not depend on who started it; pass_env is the way out.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.sandbox.path),
                "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "GRPC_VERBOSITY": "ERROR"}
+        env.update(passed_env(self.spec))
         env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "mount-namespace":

@@ -3,7 +3,9 @@
 Thin on purpose: objects come from the library, fixtures only wire them, and
 the report model decides nothing it is not told. Registered through the
 `pytest11` entry point, so `pytest --pyargs suites --fakelet-subject NAME`
-works in anyone's CI.
+works in anyone's CI. The run comes either from `--fakelet-config PATH` (the
+serialized RunConfig `fakelet run` writes) or from the individual
+`--fakelet-*` options, which go through the same `RunConfig.build` as the CLI.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from harness.checks import NOT_APPLICABLE, NOT_EXERCISED, split_install
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.draenv import DRAEnv
 from harness.env import DPEnv, SubjectUnavailable
-from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, RunConfig, fakelet_version
-from harness.subjects import ProfileError
+from harness.runconfig import (
+    SHARED_CONTROL_PLANE_ENV,
+    UNAVAILABLE,
+    Overrides,
+    RunConfig,
+    fakelet_version,
+    parse_observes,
+)
+from harness.subjects import DEVICE_IDS, KINDS, SKINS, ProfileError
 from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport
 from reports.model import NOT_APPLICABLE as NA
 from reports.model import NOT_EXERCISED as NOT_EXERCISED_VERDICT
@@ -31,43 +40,91 @@ from reports.writers import write_all
 PENDING = "pending"  # a check whose setup passed and whose call has not reported yet
 
 
+# Every --fakelet-* option with its default: anything else counts as given on purpose.
+OPTION_DEFAULTS: dict[str, Any] = {
+    "fakelet_config": None, "fakelet_subject": None, "fakelet_subject_file": None, "fakelet_defect": None,
+    "fakelet_profile": "fast", "fakelet_seed": 0, "fakelet_check": [], "fakelet_out": None,
+    "fakelet_plugin_cmd": None, "fakelet_resource": None, "fakelet_mount_namespace": False,
+    "fakelet_binary": None, "fakelet_kind": None, "fakelet_driver": None, "fakelet_kubelet_version": "default",
+    "fakelet_control_plane": "local", "fakelet_inventory": None, "fakelet_skin": None, "fakelet_env": [],
+    "fakelet_pass_env": [], "fakelet_private_dir": [], "fakelet_device_ids": None, "fakelet_observes": [],
+    "fakelet_require": [], "fakelet_reaction_bound": None,
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fakelet", "fakelet conformance harness")
-    group.addoption("--fakelet-subject", help="subject profile name (fixtures/subjects); default reference-dp")
-    group.addoption("--fakelet-defect", help="run the subject as a mutant with this named defect")
-    group.addoption("--fakelet-profile", default="fast", help="timing profile: fast or upstream")
-    group.addoption("--fakelet-seed", type=int, default=0, help="seed for fault schedules and choices")
-    group.addoption("--fakelet-check", action="append", default=[], metavar="ID", help="run only these check IDs")
-    group.addoption("--fakelet-out", help="write report.json, junit.xml and summary.md here")
-    group.addoption("--fakelet-plugin-cmd", help="launch this plugin command instead of a named subject")
-    group.addoption("--fakelet-resource", help="resource name the --fakelet-plugin-cmd plugin registers")
-    group.addoption("--fakelet-mount-namespace", action="store_true",
-                    help="run --fakelet-plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
-    group.addoption("--fakelet-binary", help="use this prebuilt binary for the subject's {bin}")
-    group.addoption("--fakelet-kind", default="device-plugin", choices=["device-plugin", "dra"],
-                    help="what --fakelet-plugin-cmd is: a device plugin or a DRA driver")
-    group.addoption("--fakelet-driver", help="DRA driver name of the --fakelet-plugin-cmd driver")
-    group.addoption("--fakelet-kubelet-version", default="default",
-                    help="kubelet version to imitate for DRA: 1.32 ... newest (default 1.36)")
-    group.addoption("--fakelet-control-plane", default="local",
-                    help="API server for DRA checks: local (kube-apiserver + etcd), kubeconfig:<path>, or none")
+    add = group.addoption
+    add("--fakelet-config", metavar="PATH",
+        help="a whole run as written by `fakelet run` (RunConfig JSON); excludes the other --fakelet-* options")
+    add("--fakelet-subject", help="subject profile name (fixtures/subjects); default reference-dp")
+    add("--fakelet-subject-file", metavar="PATH", help="a subject profile YAML of your own")
+    add("--fakelet-defect", help="run the subject as a mutant with this named defect")
+    add("--fakelet-profile", default="fast", help="timing profile: fast or upstream")
+    add("--fakelet-seed", type=int, default=0, help="seed for fault schedules and choices")
+    add("--fakelet-check", action="append", default=[], metavar="ID", help="run only these check IDs")
+    add("--fakelet-out", help="write report.json, junit.xml and summary.md here")
+    add("--fakelet-plugin-cmd", help="launch this plugin command instead of a named subject")
+    add("--fakelet-resource", help="resource name the --fakelet-plugin-cmd plugin registers")
+    add("--fakelet-mount-namespace", action="store_true",
+        help="run --fakelet-plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
+    add("--fakelet-binary", help="use this prebuilt binary for the subject's {bin}")
+    add("--fakelet-kind", choices=list(KINDS),
+        help="what --fakelet-plugin-cmd is: a device plugin (default) or a DRA driver")
+    add("--fakelet-driver", help="DRA driver name of the --fakelet-plugin-cmd driver")
+    add("--fakelet-kubelet-version", default="default",
+        help="kubelet version to imitate for DRA: 1.32 ... newest (default 1.36)")
+    add("--fakelet-control-plane", default="local",
+        help="API server for DRA checks: local (kube-apiserver + etcd), kubeconfig:<path>, or none")
+    add("--fakelet-inventory", metavar="PATH_OR_NAME", help="give the subject this fake hardware inventory")
+    add("--fakelet-skin", choices=list(SKINS), help="the fake hardware's sysfs layout")
+    add("--fakelet-env", action="append", default=[], metavar="KEY=VALUE", help="set in the plugin's env")
+    add("--fakelet-pass-env", action="append", default=[], metavar="NAME", help="copy into the plugin's env")
+    add("--fakelet-private-dir", action="append", default=[], metavar="PATH",
+        help="give the mount-namespace plugin a private copy of this host directory")
+    add("--fakelet-device-ids", choices=list(DEVICE_IDS), help="how the plugin names devices")
+    add("--fakelet-observes", action="append", default=[], metavar="LIST",
+        help="backend changes the plugin observes: health,temperature,hotplug")
+    add("--fakelet-require", action="append", default=[], metavar="ID|AREA",
+        help="a check ID or area that must be exercised (not exercised fails the run)")
+    add("--fakelet-reaction-bound", type=float, metavar="SECONDS",
+        help="hold the plugin to this bound instead of the kubelet's (kill matrices)")
+
+
+def _given(opt: Any) -> list[str]:
+    """The --fakelet-* options given with a value other than their default."""
+    return [k for k, default in OPTION_DEFAULTS.items() if getattr(opt, k, default) != default]
+
+
+def _overrides(opt: Any) -> Overrides:
+    return Overrides(inventory=opt.fakelet_inventory, skin=opt.fakelet_skin, env=list(opt.fakelet_env),
+                     pass_env=list(opt.fakelet_pass_env), private_dirs=list(opt.fakelet_private_dir),
+                     device_ids=opt.fakelet_device_ids, observes=parse_observes(opt.fakelet_observes))
+
+
+def run_from_options(opt: Any) -> RunConfig:
+    """The run: the file `fakelet run` wrote, or the individual options through the same RunConfig.build."""
+    if opt.fakelet_config:
+        others = [k for k in _given(opt) if k != "fakelet_config"]
+        if others:
+            flag = "--" + others[0].replace("_", "-")
+            raise ProfileError(f"--fakelet-config describes the whole run; drop {flag}")
+        return RunConfig.load(opt.fakelet_config)
+    return RunConfig.build(
+        subject=opt.fakelet_subject, subject_file=opt.fakelet_subject_file, defect=opt.fakelet_defect,
+        profile=opt.fakelet_profile, seed=opt.fakelet_seed, checks=opt.fakelet_check, out=opt.fakelet_out,
+        plugin_cmd=opt.fakelet_plugin_cmd, resource=opt.fakelet_resource, driver=opt.fakelet_driver,
+        mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary, kind=opt.fakelet_kind,
+        kubelet_version=opt.fakelet_kubelet_version, control_plane=opt.fakelet_control_plane,
+        overrides=_overrides(opt), require=opt.fakelet_require, reaction_bound=opt.fakelet_reaction_bound)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fakelet_check(id, level, title): a fakelet conformance check")
-    opt = config.option
     try:
-        run = RunConfig.build(
-            subject=opt.fakelet_subject, defect=opt.fakelet_defect, profile=opt.fakelet_profile,
-            seed=opt.fakelet_seed, checks=opt.fakelet_check, out=opt.fakelet_out,
-            plugin_cmd=opt.fakelet_plugin_cmd, resource=opt.fakelet_resource,
-            mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary, kind=opt.fakelet_kind,
-            kubelet_version=opt.fakelet_kubelet_version, control_plane=opt.fakelet_control_plane)
+        run = run_from_options(config.option)
     except (ProfileError, ValueError) as err:
-        defaults = {"fakelet_profile": "fast", "fakelet_kind": "device-plugin", "fakelet_kubelet_version": "default",
-                    "fakelet_control_plane": "local", "fakelet_check": []}
-        explicit = any(v and v != defaults.get(k) for k, v in vars(opt).items() if k.startswith("fakelet_"))
-        if explicit:
+        if _given(config.option):
             raise pytest.UsageError(f"fakelet: {err}") from None
         # Plain pytest runs load this plugin too: complain only if checks get collected.
         config.pluginmanager.register(Collector(None, str(err)), "fakelet-collector")
@@ -219,7 +276,7 @@ class Collector:
                 id=check_id, level=phase["level"], title=phase["title"], verdict=verdict,
                 duration_s=round(duration, 3), detail=phase["detail"], notes=notes, install=phase["install"],
                 repro="" if verdict in (PASS, PENDING) else self.run.repro(check_id),
-                required=required(check_id, getattr(self.run, "require", [])))
+                required=required(check_id, self.run.require))
 
     def _merge_properties(self, report: pytest.TestReport, check_id: str | None) -> None:
         for key, value in report.user_properties:

@@ -1,29 +1,67 @@
-"""What one conformance run is about: subject, defect, profile, seed, checks, output.
+"""What one conformance run is about: subject, one-off changes to it, defect, profile, seed, checks, output.
 
-Shared by the pytest plugin and the CLI so both validate input the same way.
+`RunConfig.build` is the one place where a run's inputs are validated, for
+the CLI and for `pytest --fakelet-*` alike: the subject (a bundled `--subject`,
+a `--subject-file` of the user's own, or a `--plugin-cmd`), the one-off flags
+that change it (`Overrides`: --inventory, --skin, --env, --pass-env,
+--private-dir, --device-ids, --observes), and every template of the subject,
+rendered against the placeholders that kind of subject has, so that a typo or
+an unavailable placeholder is an error before anything starts.
+
+A built RunConfig is the one description of the run: `to_json`/`from_json`
+(and `save`/`load`) carry it, spec and all, from `fakelet run` to its pytest
+process (`--fakelet-config PATH`), and `repro(check_id)` prints the command
+that runs it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import re
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
+from fake_devices.model import Inventory
 from harness import gobuild
 from harness.env import SubjectUnavailable
+from harness.kubelet.validation import is_dns1123_subdomain, is_extended_resource_name
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.profiles import Profile
 from harness.profiles import get as get_profile
 from harness.sandbox import check_base
-from harness.subjects import ProfileError, SubjectSpec, from_command, load_subject, repo_root
+from harness.subjects import (
+    DEFAULT_SKIN,
+    DEVICE_IDS,
+    ENV_NAME,
+    OBSERVABLES,
+    PLACEHOLDERS,
+    ProfileError,
+    SubjectSpec,
+    default_backend,
+    from_command,
+    load_subject,
+    load_subject_file,
+    load_yaml,
+    repo_root,
+    resolve_inventory,
+    template_fields,
+)
 
 DEFAULT_SUBJECT = "reference-dp"
+DEFAULT_KIND = "device-plugin"
 CONTROL_PLANES = ("local", "kubeconfig:<path>", "none")
 UNAVAILABLE = "unavailable:"  # a control plane the CLI failed to start; the rest is the reason
 # Set by `fakelet run` for its check processes: the one API server it started for "local".
 SHARED_CONTROL_PLANE_ENV = "FAKELET_SHARED_CONTROL_PLANE"
+CONFIG_FORMAT = 1  # bump when a serialized RunConfig changes incompatibly
 
 
 def check_control_plane(spec: str) -> str:
@@ -44,6 +82,280 @@ def fakelet_version() -> str:
         return "0+source"
 
 
+def parse_env(items: list[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` items as a mapping; a ProfileError naming the bad one."""
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.fullmatch(key):
+            raise ProfileError(f"--env {item!r}: expected KEY=VALUE with KEY an environment variable name")
+        env[key] = value
+    return env
+
+
+def parse_observes(values: list[str]) -> list[str] | None:
+    """`--observes health,temperature` (repeatable) as a list; None when not given at all."""
+    if not values:
+        return None
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def _check_env_names(names: list[str], where: str) -> None:
+    for name in names:
+        if not ENV_NAME.fullmatch(name):
+            raise ProfileError(f"{where} {name!r}: not an environment variable name")
+
+
+@dataclass
+class Overrides:
+    """One-off changes to the subject; they apply to --subject, --subject-file and --plugin-cmd alike."""
+
+    inventory: str | None = None  # an inventory file, or a bundled inventory's bare name
+    skin: str | None = None
+    env: list[str] = field(default_factory=list)  # KEY=VALUE; values are templates
+    pass_env: list[str] = field(default_factory=list)
+    private_dirs: list[str] = field(default_factory=list)
+    device_ids: str | None = None  # opaque | inventory
+    observes: list[str] | None = None  # None: as the subject says
+
+    def normalized(self) -> Overrides:
+        """Paths made absolute (so a repro line works from anywhere); bundled bare names stay names."""
+        inventory = self.inventory
+        if inventory is not None and ("/" in inventory or Path(inventory).is_file()):
+            inventory = str(Path(inventory).resolve())
+        return dataclasses.replace(self, inventory=inventory)
+
+    def apply(self, spec: SubjectSpec) -> SubjectSpec:
+        spec = dataclasses.replace(spec, env=dict(spec.env), pass_env=list(spec.pass_env),
+                                   private_dirs=list(spec.private_dirs))
+        self._apply_backend(spec)
+        self._apply_devices(spec)
+        self._apply_env(spec)
+        self._apply_private_dirs(spec)
+        return spec
+
+    def _apply_backend(self, spec: SubjectSpec) -> None:
+        if self.inventory is not None or self.skin is not None:
+            current = spec.backend or default_backend()
+            inventory = resolve_inventory(self.inventory, None, "--inventory") if self.inventory \
+                else current["inventory"]
+            spec.backend = {"inventory": inventory, "skin": self.skin or current.get("skin", DEFAULT_SKIN)}
+            spec.inventory_expected = True  # the user gave the plugin this hardware on purpose
+        if self.observes is not None:
+            unknown = sorted(set(self.observes) - set(OBSERVABLES))
+            if unknown:
+                raise ProfileError(f"--observes {','.join(unknown)}: choose from {', '.join(OBSERVABLES)}")
+            if spec.backend is None:
+                raise ProfileError(f"--observes: subject {spec.name} has no fake device backend; "
+                                   "give --inventory or --skin too")
+            spec.observes = list(dict.fromkeys(self.observes))
+            spec.inventory_expected = True
+
+    def _apply_devices(self, spec: SubjectSpec) -> None:
+        if self.device_ids is None:
+            return
+        if self.device_ids not in DEVICE_IDS:
+            raise ProfileError(f"--device-ids {self.device_ids!r}: choose one of {', '.join(DEVICE_IDS)}")
+        spec.opaque_ids = self.device_ids == "opaque"
+        spec.inventory_expected = True
+
+    def _apply_env(self, spec: SubjectSpec) -> None:
+        spec.env.update(parse_env(self.env))
+        _check_env_names(self.pass_env, "--pass-env")
+        spec.pass_env = list(dict.fromkeys([*spec.pass_env, *self.pass_env]))
+
+    def _apply_private_dirs(self, spec: SubjectSpec) -> None:
+        if not self.private_dirs:
+            return
+        if spec.launcher != "mount-namespace":
+            raise ProfileError(f"--private-dir needs the mount-namespace launcher (--mount-namespace for "
+                               f"--plugin-cmd, launcher: mount-namespace in a subject file); subject {spec.name} "
+                               f"uses the {spec.launcher} launcher")
+        for d in self.private_dirs:
+            if not d.startswith("/"):
+                raise ProfileError(f"--private-dir {d!r}: must be an absolute path (the host directory to shadow)")
+        spec.private_dirs = list(dict.fromkeys([*spec.private_dirs, *self.private_dirs]))
+
+    def flags(self) -> list[str]:
+        """These overrides as `fakelet run` flags (for repro lines)."""
+        out: list[str] = []
+        if self.inventory is not None:
+            out += ["--inventory", self.inventory]
+        if self.skin is not None:
+            out += ["--skin", self.skin]
+        for item in self.env:
+            out += ["--env", item]
+        for name in self.pass_env:
+            out += ["--pass-env", name]
+        for d in self.private_dirs:
+            out += ["--private-dir", d]
+        if self.device_ids is not None:
+            out += ["--device-ids", self.device_ids]
+        if self.observes is not None:
+            out += ["--observes", ",".join(self.observes)]
+        return out
+
+
+# -- choosing the subject -------------------------------------------------------------
+
+
+def _plugin_cmd_subject(plugin_cmd: str, resource: str | None, driver: str | None, mount_namespace: bool,
+                        kind: str | None) -> SubjectSpec:
+    kind = kind or DEFAULT_KIND
+    if not plugin_cmd.strip():
+        raise ProfileError("--plugin-cmd is empty: give the command that starts the plugin")
+    if kind == "dra":
+        if resource:
+            raise ProfileError("a --kind dra driver takes --driver, not --resource")
+        if not driver:
+            raise ProfileError("--plugin-cmd needs --driver (the DRA driver name)")
+        if not is_dns1123_subdomain(driver):
+            raise ProfileError(f"--driver {driver!r}: not a DNS-1123 subdomain (e.g. gpu.vendor.com)")
+        return from_command(plugin_cmd, driver, mount_namespace, kind)
+    if driver:
+        raise ProfileError("--driver is for --kind dra; a device plugin takes --resource")
+    if not resource:
+        raise ProfileError("--plugin-cmd needs --resource (the resource name the plugin registers)")
+    if not is_extended_resource_name(resource):
+        raise ProfileError(f"--resource {resource!r}: not an extended resource name (DOMAIN/NAME such as "
+                           "vendor.example.com/gpu; not kubernetes.io/...)")
+    return from_command(plugin_cmd, resource, mount_namespace, kind)
+
+
+def _named_subject(subject: str | None, subject_file: str | None, resource: str | None, driver: str | None,
+                   mount_namespace: bool, kind: str | None) -> SubjectSpec:
+    given = [flag for flag, value in (("--resource", resource), ("--driver", driver), ("--kind", kind),
+                                      ("--mount-namespace", mount_namespace)) if value]
+    spec = load_subject_file(subject_file) if subject_file else load_subject(subject or DEFAULT_SUBJECT)
+    if given:
+        which = f"--subject-file {subject_file}" if subject_file else f"subject {spec.name}"
+        raise ProfileError(f"{given[0]} applies to --plugin-cmd only; {which} says it in its profile")
+    return spec
+
+
+def select_subject(subject: str | None, subject_file: str | None, plugin_cmd: str | None, resource: str | None,
+                   driver: str | None, mount_namespace: bool, kind: str | None) -> SubjectSpec:
+    chosen = [flag for flag, value in (("--subject", subject), ("--subject-file", subject_file),
+                                       ("--plugin-cmd", plugin_cmd)) if value is not None]
+    if len(chosen) > 1:
+        raise ProfileError(f"give either {chosen[0]} or {chosen[1]}, not both")
+    if plugin_cmd is not None:
+        return _plugin_cmd_subject(plugin_cmd, resource, driver, mount_namespace, kind)
+    return _named_subject(subject, subject_file, resource, driver, mount_namespace, kind)
+
+
+# -- checking the subject before anything starts ---------------------------------------
+
+
+def unavailable_placeholders(spec: SubjectSpec, binary: str | None) -> dict[str, str]:
+    """Placeholders this subject's kind has but this run cannot fill, with the reason."""
+    out = {}
+    if not spec.build and not binary:
+        out["bin"] = "the subject has no build and no --binary was given"
+    if not spec.inventory and not spec.backend:
+        out["inventory"] = "the subject has no inventory (give --inventory)"
+    if not spec.backend:
+        out["sysfs_root"] = "the subject has no fake device backend (give --inventory or --skin)"
+    return out
+
+
+def templates(spec: SubjectSpec) -> list[tuple[str, str]]:
+    """(field path, template) for every template of the subject."""
+    out = [(f"command[{n}]", t) for n, t in enumerate(spec.command)]
+    out += [(f"defect_args[{n}]", t) for n, t in enumerate(spec.defect_args)]
+    out += [(f"env.{k}", v) for k, v in spec.env.items()]
+    return out
+
+
+def _origin(spec: SubjectSpec, path: str, flag_env: dict[str, str]) -> str:
+    """Where a template came from, for messages: the flag that gave it, or file:line: field."""
+    if path.startswith("env.") and path[4:] in flag_env:
+        return f"--env {path[4:]}"
+    if spec.source == "--plugin-cmd" and path.startswith("command"):
+        return "--plugin-cmd"
+    return spec.where(path)
+
+
+def check_templates(spec: SubjectSpec, binary: str | None, flag_env: dict[str, str]) -> None:
+    known = PLACEHOLDERS[spec.kind]
+    unavailable = unavailable_placeholders(spec, binary)
+    for path, template in templates(spec):
+        where = _origin(spec, path, flag_env)
+        for name in template_fields(template, where):
+            if name not in known:
+                raise ProfileError(f"{where}: unknown placeholder {{{name}}} in {template!r}; a {spec.kind} "
+                                   f"subject has {', '.join('{' + k + '}' for k in known)}")
+            if name in unavailable:
+                raise ProfileError(f"{where}: {{{name}}} in {template!r} is unavailable: {unavailable[name]}")
+
+
+def check_executable(spec: SubjectSpec, binary: str | None) -> None:
+    """The command's first word runs, where it can be known before the sandbox exists."""
+    first = spec.command[0]
+    where = _origin(spec, "command[0]", {})
+    static = {"python": sys.executable, **({"bin": binary} if binary else {})}
+    if not set(template_fields(first, where)) <= set(static):
+        return  # it names a sandbox path: only the launch can tell
+    program = first.format_map(static)
+    if shutil.which(program) is None:
+        raise ProfileError(f"{where}: {program!r} is not an executable file or a command on PATH")
+
+
+def check_pass_env(spec: SubjectSpec, flag_names: list[str]) -> None:
+    """Every variable to pass is set here and now, so a plugin never starts without it."""
+    for name in spec.pass_env:
+        where = f"--pass-env {name}" if name in flag_names else f"{spec.where('pass_env')}: {name}"
+        if name in spec.env:
+            raise ProfileError(f"{where}: also set in env; pass it or set it, not both")
+        if name not in os.environ:
+            raise ProfileError(f"{where}: not set in fakelet's environment")
+
+
+def check_inventories(spec: SubjectSpec) -> None:
+    """Inventories load (within the YAML limits), and devices.map names their devices."""
+    ids: set[str] = set()
+    for path in (spec.inventory, (spec.backend or {}).get("inventory")):
+        if path:
+            try:
+                ids |= {d.id for d in Inventory.from_dict(load_yaml(Path(path)).data, path).devices}
+            except ValueError as err:
+                raise ProfileError(str(err)) from None
+    for plugin_id, inventory_id in (spec.device_map or {}).items():
+        if inventory_id not in ids:
+            raise ProfileError(f"{spec.where('devices.map.' + plugin_id)}: no device {inventory_id!r} in the "
+                               f"inventory (known: {', '.join(sorted(ids)) or 'none'})")
+
+
+REQUIRE_RE = re.compile(r"^(DP|DRA)(-[A-Z]+(-[0-9]+)?)?$")
+
+
+def check_require(require: list[str]) -> list[str]:
+    """--require names check IDs (DP-HLT-01) or areas (DP-HLT, DP, DRA)."""
+    bad = [r for r in require if not REQUIRE_RE.match(r)]
+    if bad:
+        raise ProfileError(f"--require {bad[0]!r}: give a check ID (DP-HLT-01) or an area (DP-HLT, DRA-PRP, DP)")
+    return list(require)
+
+
+def check_binary(binary: str | None) -> None:
+    if binary is not None and not Path(binary).is_file():
+        raise ProfileError(f"--binary {binary}: no such file")
+
+
+# -- serialization helpers --------------------------------------------------------------
+
+
+def _profile_to_dict(profile: Profile) -> dict[str, Any]:
+    """The profile by name, plus what differs from the named one (e.g. a shortened reaction bound)."""
+    base = get_profile(profile.name).describe()
+    return {"name": profile.name, **{k: v for k, v in profile.describe().items() if base.get(k) != v}}
+
+
+def _profile_from_dict(data: dict[str, Any]) -> Profile:
+    changes = {k: v for k, v in data.items() if k != "name"}
+    return dataclasses.replace(get_profile(data["name"]), **changes)
+
+
 @dataclass
 class RunConfig:
     spec: SubjectSpec
@@ -52,68 +364,156 @@ class RunConfig:
     seed: int = 0
     checks: list[str] = field(default_factory=list)
     out: Path | None = None
-    binary: str | None = None
+    binary: str | None = None  # as given with --binary; a built one is kept apart (not part of the repro)
     kubelet_version: KubeletVersion = field(default_factory=lambda: get_kubelet_version("default"))
     control_plane: str = "local"
+    subject_file: str | None = None  # absolute path, when the subject came from --subject-file
+    plugin_cmd: str | None = None  # as given, when the subject came from --plugin-cmd
+    overrides: Overrides = field(default_factory=Overrides)
+    # --require: check IDs or areas (DP-HLT) whose "not exercised" fails the run.
+    require: list[str] = field(default_factory=list)
+    _built_binary: str | None = None
     _binary_error: str | None = None
 
     @classmethod
-    def build(cls, subject: str | None, defect: str | None, profile: str, seed: int,
+    def build(cls, subject: str | None = None, defect: str | None = None, profile: str = "fast", seed: int = 0,
               checks: list[str] | None = None, out: str | None = None, plugin_cmd: str | None = None,
               resource: str | None = None, mount_namespace: bool = False, binary: str | None = None,
-              kind: str = "device-plugin", kubelet_version: str = "default",
-              control_plane: str = "local") -> RunConfig:
-        if plugin_cmd and subject:
-            raise ProfileError("give either --subject or --plugin-cmd, not both")
-        if plugin_cmd:
-            if not resource:
-                what = "--driver (the DRA driver name)" if kind == "dra" else \
-                    "--resource (the resource name the plugin registers)"
-                raise ProfileError(f"--plugin-cmd needs {what}")
-            spec = from_command(plugin_cmd, resource, mount_namespace, kind)
-        else:
-            spec = load_subject(subject or DEFAULT_SUBJECT)
+              kind: str | None = None, kubelet_version: str = "default", control_plane: str = "local", *,
+              subject_file: str | None = None, driver: str | None = None,
+              overrides: Overrides | None = None, require: list[str] | None = None,
+              reaction_bound: float | None = None) -> RunConfig:
+        """Validate every input; a ProfileError (or ValueError) names the flag or file:line: field.
+
+        `kind` None means "not given" (device-plugin for --plugin-cmd; an error with a subject).
+        """
+        overrides = (overrides or Overrides()).normalized()
+        spec = overrides.apply(select_subject(subject, subject_file, plugin_cmd, resource, driver,
+                                              mount_namespace, kind))
         if defect is not None and defect not in spec.defects:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
         check_base()
-        if binary is not None and not Path(binary).is_file():
-            raise ProfileError(f"--binary {binary}: no such file")
-        return cls(spec=spec, profile=get_profile(profile), defect=defect, seed=seed, checks=list(checks or []),
+        check_binary(binary)
+        check_templates(spec, binary, parse_env(overrides.env))
+        check_executable(spec, binary)
+        check_pass_env(spec, overrides.pass_env)
+        check_inventories(spec)
+        timing = get_profile(profile)
+        if reaction_bound is not None:
+            timing = timing.with_reaction_bound(reaction_bound)
+        return cls(spec=spec, profile=timing, defect=defect, seed=seed, checks=list(checks or []),
                    out=Path(out) if out else None, binary=binary, kubelet_version=get_kubelet_version(kubelet_version),
-                   control_plane=check_control_plane(control_plane))
+                   control_plane=check_control_plane(control_plane),
+                   subject_file=str(Path(subject_file).resolve()) if subject_file else None,
+                   plugin_cmd=plugin_cmd, overrides=overrides, require=check_require(require or []))
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
         if self.binary or not self.spec.build:
             return self.binary
+        if self._built_binary:
+            return self._built_binary
         if self._binary_error:
             raise SubjectUnavailable(self._binary_error)
         b = self.spec.build
         try:
-            self.binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"), b.get("get")))
+            self._built_binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"),
+                                                   b.get("get")))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
             # One line: the build's last words say what was missing (e.g. the proxy's refusal).
             last = [line.strip() for line in str(err).splitlines() if line.strip()][-2:]
             self._binary_error = f"subject {self.spec.name}: cannot build {b['package']}: {' '.join(last)[:400]}"
             raise SubjectUnavailable(self._binary_error) from err
-        return self.binary
+        return self._built_binary
+
+    # -- one description of the run ---------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"format": CONFIG_FORMAT}
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue  # per-process state (a build's result or failure)
+            value = getattr(self, f.name)
+            if f.name == "spec":
+                value = value.to_dict()
+            elif f.name == "profile":
+                value = _profile_to_dict(value)
+            elif f.name == "kubelet_version":
+                value = value.name
+            elif f.name == "overrides":
+                value = dataclasses.asdict(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        if data.get("format") != CONFIG_FORMAT:
+            raise ProfileError(f"run config format {data.get('format')!r}; this fakelet reads {CONFIG_FORMAT}")
+        known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        unknown = sorted(set(data) - known - {"format"})
+        if unknown:
+            raise ProfileError(f"run config: unknown field(s) {unknown}")
+        values = {k: v for k, v in data.items() if k != "format"}
+        values["spec"] = SubjectSpec.from_dict(data["spec"])
+        values["profile"] = _profile_from_dict(data["profile"])
+        values["kubelet_version"] = get_kubelet_version(data.get("kubelet_version", "default"))
+        values["overrides"] = Overrides(**data.get("overrides", {}))
+        values["out"] = Path(data["out"]) if data.get("out") else None
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        try:
+            return cls.from_dict(json.loads(text))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ProfileError(f"run config: not a fakelet run config ({type(err).__name__}: {err})") from None
+
+    def save(self, path: Path) -> Path:
+        # 0600: it names the subject's env, which may matter to someone.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, path: Path | str) -> RunConfig:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ProfileError(f"--fakelet-config {path}: cannot read: {err.strerror or err}") from None
+        return cls.from_json(text)
+
+    # -- the command that runs it again --------------------------------------------------
+
+    def subject_flags(self) -> list[str]:
+        if self.subject_file:
+            return ["--subject-file", self.subject_file]
+        if self.spec.source != "--plugin-cmd":
+            return ["--subject", self.spec.name]
+        parts = ["--plugin-cmd", self.plugin_cmd if self.plugin_cmd is not None else shlex.join(self.spec.command)]
+        parts += ["--kind", "dra", "--driver", self.spec.resource] if self.spec.is_dra else \
+            ["--resource", self.spec.resource]
+        if self.spec.launcher == "mount-namespace":
+            parts.append("--mount-namespace")
+        return parts
 
     def repro(self, check_id: str) -> str:
-        parts = ["fakelet", "run"]
-        if self.spec.source == "--plugin-cmd":
-            parts += ["--plugin-cmd", " ".join(self.spec.command)]
-            parts += ["--kind", "dra", "--driver", self.spec.resource] if self.spec.is_dra else \
-                ["--resource", self.spec.resource]
-            if self.spec.launcher == "mount-namespace":
-                parts.append("--mount-namespace")
-        else:
-            parts += ["--subject", self.spec.name]
+        parts = ["fakelet", "run", *self.subject_flags(), *self.overrides.flags()]
+        if self.binary:
+            parts += ["--binary", str(Path(self.binary).resolve())]
         if self.spec.is_dra:
             parts += ["--kubelet-version", self.kubelet_version.name]
             if self.control_plane != "local":
                 parts += ["--control-plane", self.control_plane]
         if self.defect:
             parts += ["--defect", self.defect]
+        if self.profile.shortened:
+            parts += ["--reaction-bound", f"{self.profile.reaction_s:g}"]
         parts += ["--profile", self.profile.name, "--seed", str(self.seed), "--check", check_id]
         return shlex.join(parts)

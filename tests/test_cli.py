@@ -67,6 +67,75 @@ def test_bad_input_is_a_clear_error(tmp: Path, tmp_path: Path, args: list[str], 
     assert leftovers(tmp) == []
 
 
+REFERENCE_DP_CMD = ("{python} -m harness.reference.device_plugin --plugin-dir {plugin_dir} "
+                    "--kubelet-socket {kubelet_socket} --resource {resource} --sysfs-root {sysfs_root} "
+                    "--dev-dir {dev_dir}")
+REFERENCE_DRA_CMD = ("{python} -m harness.reference.dra_driver --driver-name {driver} --node-name {node_name} "
+                     "--kubeconfig {kubeconfig} --registry-dir {registry_dir} --plugin-dir {plugins_dir}/{driver} "
+                     "--cdi-dir {cdi_dir} --sysfs-root {sysfs_root} --state-dir {state_dir} "
+                     "--health-refresh-s {health_refresh_s}")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["run", "--plugin-cmd", ""], "--plugin-cmd is empty"),
+    (["run", "--plugin-cmd", "/bin/true", "--resource", "gpu"], "--resource 'gpu': not an extended resource name"),
+    (["run", "--plugin-cmd", "/bin/true", "--kind", "dra", "--driver", "Bad_Name"], "--driver 'Bad_Name'"),
+    (["run", "--jobs", "0"], "--jobs 0: must be between 1 and"),
+    (["run", "--jobs", "100000"], "--jobs 100000: must be between 1 and"),
+    (["run", "--subject", "reference-dp", "--resource", "example.com/x"], "--resource applies to --plugin-cmd only"),
+    (["run", "--subject", "reference-dp", "--mount-namespace"], "--mount-namespace applies to --plugin-cmd only"),
+    (["run", "--subject", "reference-dra", "--kind", "dra"], "--kind applies to --plugin-cmd only"),
+    (["run", "--subject", "reference-dra", "--driver", "x.example.com"], "--driver applies to --plugin-cmd only"),
+    (["run", "--plugin-cmd", "{pythn} -m x", "--resource", "example.com/x"],
+     "--plugin-cmd: unknown placeholder {pythn} in '{pythn}'"),
+    (["run", "--plugin-cmd", "{bin} --flag", "--resource", "example.com/x"],
+     "--plugin-cmd: {bin} in '{bin}' is unavailable: the subject has no build and no --binary was given"),
+    (["run", "--plugin-cmd", "{python} --kubeconfig {kubeconfig}", "--resource", "example.com/x"],
+     "unknown placeholder {kubeconfig}"),
+    (["run", "--env", "NOEQUALS"], "--env 'NOEQUALS': expected KEY=VALUE"),
+    (["run", "--env", "X={sysfs}"], "--env X: unknown placeholder {sysfs}"),
+    (["run", "--pass-env", "FAKELET_SURELY_UNSET"],
+     "--pass-env FAKELET_SURELY_UNSET: not set in fakelet's environment"),
+    (["run", "--private-dir", "/tmp"], "--private-dir needs the mount-namespace launcher"),
+    (["run", "--subject", "sample-device-plugin", "--observes", "health"], "--observes: subject sample-device-plugin"),
+    (["run", "--observes", "health,smell"], "--observes smell: choose from"),
+    (["run", "--inventory", "no-such-inventory"], "--inventory: no inventory 'no-such-inventory'"),
+    (["up", "--plugin-cmd", "", "--for", "1"], "--plugin-cmd is empty"),
+    (["up", "--subject", "reference-dp", "--resource", "example.com/x", "--for", "1"],
+     "--resource applies to --plugin-cmd only"),
+])
+def test_flag_misuse_is_one_clear_line(tmp: Path, tmp_path: Path, args: list[str], message: str) -> None:
+    out = ["--out", str(tmp_path / "out")]
+    proc = fakelet(tmp, *args, *out, timeout=60)
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert leftovers(tmp) == [] and not (tmp_path / "out").exists()
+
+
+def test_plugin_cmd_gets_fake_hardware(tmp: Path, tmp_path: Path) -> None:
+    """{sysfs_root} of a --plugin-cmd is a real backend tree, so the reference plugin's health checks run."""
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--plugin-cmd", REFERENCE_DP_CMD, "--resource", "fakelet.example.com/gpu",
+                   "--observes", "health", "--check", "DP-HLT-01", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert [(c["id"], c["verdict"]) for c in report["checks"]] == [("DP-HLT-01", "pass")], report["checks"]
+    assert leftovers(tmp) == []
+
+
+def test_dra_plugin_cmd_keeps_its_driver(tmp: Path, tmp_path: Path) -> None:
+    """--driver reaches the check process (it once got lost on the way: "--plugin-cmd needs --driver")."""
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--kind", "dra", "--plugin-cmd", REFERENCE_DRA_CMD, "--driver", "gpu.mine.example.com",
+                   "--control-plane", "none", "--check", "DRA-REG-01", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["kind"] == "dra"
+    assert [(c["id"], c["verdict"]) for c in report["checks"]] == [("DRA-REG-01", "pass")], report["checks"]
+    assert leftovers(tmp) == []
+
+
 def test_long_tmpdir_is_a_clear_error(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60)
     deep.mkdir()
@@ -102,7 +171,9 @@ def test_selected_checks_write_all_reports(tmp: Path, tmp_path: Path) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["subject"] == "reference-dp" and report["seed"] == 7 and report["profile"] == "fast"
     assert [c["id"] for c in report["checks"]] == ["DP-ALC-02", "DP-REG-02"]
-    assert report["summary"] == {"pass": 2, "fail": 0, "skip": 0, "error": 0, "total": 2, "conformant": True}
+    assert report["summary"] == {"pass": 2, "fail": 0, "not-exercised": 0, "n/a": 0, "skip": 0, "error": 0,
+                                 "total": 2, "missing": 0, "status": "CONFORMANT", "conformant": True,
+                                 "not_exercised_must": []}
     suite = ET.parse(out / "junit.xml").getroot()
     assert suite.get("tests") == "2" and suite.get("failures") == "0"
     assert "CONFORMANT" in (out / "summary.md").read_text()
@@ -210,4 +281,5 @@ def test_pytest_plugin_runs_dra_checks(tmp: Path, tmp_path: Path) -> None:
     assert verdicts["DRA-REG-01"][0] == "pass", (verdicts, proc.stdout)
     assert verdicts["DRA-PRP-01"] == ("skip", "needs a kube-apiserver: no API server: control plane 'none' was chosen")
     assert report["summary"]["conformant"] is False  # a skipped MUST check is never a pass
+    assert report["summary"]["status"] == "INCOMPLETE"
     assert leftovers(tmp) == []

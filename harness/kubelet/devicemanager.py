@@ -25,7 +25,7 @@ from harness.faults import FaultPlan
 from harness.grpcutil import status_of, unix_target
 from harness.interceptors import RecordingServerInterceptor, to_dict
 from harness.kubelet import checkpoint
-from harness.kubelet.endpoint import DialError, Endpoint, go_status
+from harness.kubelet.endpoint import DialError, Endpoint, HungCall, go_status
 from harness.kubelet.validation import is_extended_resource_name
 from harness.profiles import Profile
 from harness.timeline import Timeline
@@ -243,7 +243,7 @@ class DeviceManager:
 
     def _dial(self, resource: str, path: str) -> tuple[Endpoint | None, dp.DevicePluginOptions | None, str | None]:
         """Dial a plugin's endpoint and fetch its options: (endpoint, options, None) or (None, None, error)."""
-        endpoint = Endpoint(resource, path, self.timeline)
+        endpoint = Endpoint(resource, path, self.timeline, self.profile.reaction_s)
         try:
             endpoint.dial(self.profile.dial_timeout_s)
             return endpoint, endpoint.fetch_options(), None
@@ -435,6 +435,8 @@ class DeviceManager:
         if options.get_preferred_allocation_available:
             try:
                 preferred = endpoint.preferred(available, [], count)
+            except HungCall as err:
+                raise AdmissionError(f"device plugin GetPreferredAllocation: {err}") from None
             except grpc.RpcError as err:
                 raise AdmissionError("device plugin GetPreferredAllocation rpc failed with err: "
                                      f"{go_status(err)}") from None
@@ -442,6 +444,8 @@ class DeviceManager:
             chosen = valid + [i for i in available if i not in valid][: count - len(valid)]
         try:
             response = endpoint.allocate(chosen)
+        except HungCall as err:
+            raise AdmissionError(f"allocate for {resource}: {err}") from None
         except grpc.RpcError as err:
             raise AdmissionError(f"allocate for {resource} failed: {status_of(err)}") from None
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -18,6 +19,10 @@ _ids = itertools.count(1)
 
 class DialError(RuntimeError):
     pass
+
+
+class HungCall(RuntimeError):
+    """A call the kubelet makes without a deadline did not answer within fakelet's bound."""
 
 
 # How grpc-python words a deadline that expired on the client side.
@@ -42,9 +47,11 @@ class Endpoint:
     is stopped, and only a new Register brings a new one.
     """
 
-    def __init__(self, resource: str, socket_path: str, timeline: Timeline) -> None:
+    def __init__(self, resource: str, socket_path: str, timeline: Timeline, hang_bound_s: float) -> None:
+        """`hang_bound_s`: fakelet's bound on the calls the kubelet makes without a deadline."""
         self.id = next(_ids)
         self.resource, self.socket_path, self.timeline = resource, socket_path, timeline
+        self.hang_bound_s = hang_bound_s
         self._raw = grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS)
         channel = grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "kubelet"))
         self.stub = dp_grpc.DevicePluginStub(channel)
@@ -92,18 +99,31 @@ class Endpoint:
             reason = "stopped by kubelet"
         on_end(self, reason)
 
+    # Upstream calls Allocate and GetPreferredAllocation with context.Background() (plugin/v1beta1
+    # client.go): a plugin that never answers hangs pod admission for good. fakelet bounds them by
+    # hang_bound_s and says so in the error, so a hung plugin gets a verdict, not a hung run.
     def allocate(self, device_ids: list[str]) -> dp.AllocateResponse:
         request = dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=device_ids)])
-        return self.stub.Allocate(request)
+        return self._unbounded(self.stub.Allocate, request)
 
     def preferred(self, available: list[str], must_include: list[str], size: int) -> list[str]:
         request = dp.PreferredAllocationRequest(container_requests=[dp.ContainerPreferredAllocationRequest(
             available_deviceIDs=available, must_include_deviceIDs=must_include, allocation_size=size)])
-        response = self.stub.GetPreferredAllocation(request)
+        response = self._unbounded(self.stub.GetPreferredAllocation, request)
         return list(response.container_responses[0].deviceIDs) if response.container_responses else []
 
     def pre_start(self, device_ids: list[str], timeout_s: float) -> None:
         self.stub.PreStartContainer(dp.PreStartContainerRequest(devices_ids=device_ids), timeout=timeout_s)
+
+    def _unbounded(self, call: Callable, request: object) -> Any:
+        try:
+            return call(request, timeout=self.hang_bound_s)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+                raise HungCall(f"no answer within fakelet's {self.hang_bound_s:g}s bound; the kubelet sets no "
+                               "deadline on this call, so a real kubelet would wait forever (the pod hangs in "
+                               "admission)") from None
+            raise
 
     @property
     def stopped_by_kubelet(self) -> bool:

@@ -36,6 +36,8 @@ DP_DEFECTS: dict[str, str] = {
     "ignore-sigterm": "ignores SIGTERM",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
     "silent-endpoint": "registers an endpoint that accepts connections but speaks no gRPC",
+    "allocate-hang": "never answers Allocate",
+    "preferred-hang": "never answers GetPreferredAllocation",
 }
 
 # Legal quirks of real plugins. A benign behaviour is run like a defect (`--defect NAME`)

@@ -104,6 +104,8 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
     def GetPreferredAllocation(  # noqa: N802
         self, request: dp.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> dp.PreferredAllocationResponse:
+        if self.p.has("preferred-hang"):
+            self.p.stopping.wait()
         responses = []
         for req in request.container_requests:
             if self.p.has("preferred-wrong-size"):
@@ -116,6 +118,8 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         return dp.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:  # noqa: N802
+        if self.p.has("allocate-hang"):
+            self.p.stopping.wait()
         if self.p.allocate_delay_s > 0:
             # --allocate-delay-ms: an injected latency fault (benchmarks), cut short on shutdown.
             self.p.stopping.wait(self.p.allocate_delay_s)
