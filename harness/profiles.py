@@ -79,7 +79,13 @@ class Profile:
         if not 0 < seconds <= self.reaction_s:
             raise ValueError(f"--reaction-bound {seconds:g}: must be positive and at most the kubelet's "
                              f"{self.reaction_s:g}s")
+        # Every bound the plugin is held to shrinks with it; the dial stays inside one reaction.
         return replace(self, reaction_s=seconds, long_outage_s=seconds + OUTAGE_MARGIN_S,
+                       dial_timeout_s=min(self.dial_timeout_s, seconds / 2),
+                       prestart_timeout_s=min(self.prestart_timeout_s, seconds),
+                       sigterm_exit_s=min(self.sigterm_exit_s, seconds),
+                       dra_call_timeout_s=min(self.dra_call_timeout_s, seconds),
+                       dra_health_timeout_s=min(self.dra_health_timeout_s, seconds),
                        shortened=seconds < self.reaction_s,
                        budget_s=None if self.budget_s is None else min(self.budget_s, seconds))
 
