@@ -280,6 +280,18 @@ class DPEnv:
             self.note(f"slow: {what} after {took:.1f}s, within the kubelet's {self.profile.reaction_s:g}s bound "
                       f"(the {self.profile.name} profile's budget is {self.profile.budget_s:g}s)")
 
+    def exit_report(self, lines: int = 12) -> str:
+        """When the plugin exited on its own during the check: its exit and its last output lines."""
+        exits = [e for e in self.timeline.events(kind="process.exit") if self.is_mine(e)]
+        signalled = {e.get("pid") for e in self.timeline.events(kind="process.signal") if self.is_mine(e)}
+        own = [e for e in exits if e.get("pid") not in signalled]
+        if not own:
+            return ""
+        first = own[0]
+        tail = self.subject.log_tail(lines).strip()
+        said = "\n".join("    " + line[:300] for line in tail.splitlines()) if tail else "    (no output)"
+        return f"the plugin exited with code {first.get('returncode')} at {self.at(first)}; its last output:\n{said}"
+
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)

@@ -241,6 +241,10 @@ class Collector:
         mark = _marker(item)
         if mark is not None:
             verdict, detail, install = self._verdict(report, call)
+            env = item.funcargs.get("dp_env") or item.funcargs.get("dra_env") if hasattr(item, "funcargs") else None
+            if verdict in (FAIL, ERROR) and report.when == "call" and isinstance(env, DPEnv):
+                exited = env.exit_report()
+                detail = f"{detail}\n{exited}" if exited else detail
             report.user_properties.append(("fakelet", {
                 "id": mark.kwargs["id"], "level": mark.kwargs["level"], "title": mark.kwargs["title"],
                 "verdict": verdict, "detail": detail, "install": install}))
