@@ -160,15 +160,16 @@ class DPEnv:
         env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "mount-namespace":
-            binds = self._namespace_binds()
-            # Host directories the plugin writes into (e.g. /tmp) get a private
-            # sandbox copy, bound last so earlier sources are already resolved.
-            for n, host_dir in enumerate(self.spec.private_dirs):
-                private = self.sandbox.path / "private" / str(n)
-                private.mkdir(parents=True)
-                binds[str(private)] = host_dir
-            return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline, binds=binds,
-                                     scratch=self.sandbox.state_dir)
+            # The launcher gives the plugin a container's private /tmp, /run and CDI dirs (plus the
+            # subject's private_dirs); the sandbox paths the plugin is given stay visible inside.
+            keep = [str(self.sandbox.path), *(v for v in values.values() if v.startswith("/"))]
+            return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline, binds=self._namespace_binds(),
+                                     private_dirs=self.spec.private_dirs, keep=keep)
+        # Scratch files a plugin leaves in its temp dir stay in the sandbox, as they would in a
+        # container's own /tmp, and go with it (the mount-namespace launcher gives a private /tmp).
+        scratch = self.sandbox.path / "tmp"
+        scratch.mkdir(exist_ok=True)
+        env.setdefault("TMPDIR", str(scratch))
         return ProcessLauncher(self.spec.name, argv, env, log, self.timeline)
 
     # -- lifecycle ---------------------------------------------------------
@@ -320,6 +321,11 @@ class DPEnv:
             self._device_map = map_devices(listing.ids, self.hardware(), explicit, allocate)
             self.facts["device mapping"] = self._device_map.describe()
         return self._device_map
+
+    @property
+    def mapping(self) -> DeviceMap:
+        """The mapping device_map() learned in this check (empty before)."""
+        return self._device_map or DeviceMap()
 
     def drives(self, capability: str) -> bool:
         """Whether fakelet can drive `capability` (health, temperature, hotplug) for this plugin.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,10 +79,13 @@ def test_reference_passes_everything(subject: str, tmp_path: Path, request: pyte
 @pytest.mark.slow
 @pytest.mark.parametrize("behaviour", sorted(BENIGN))
 def test_benign_behaviour_passes_everything(behaviour: str, tmp_path: Path) -> None:
+    before = set(Path(tempfile.gettempdir()).glob("reference-dp-scratch-*"))
     code, report = fakelet_run(tmp_path, "--defect", behaviour, "--jobs", "3")
     bad = {c["id"] for c in report["checks"] if c["verdict"] != "pass"}
     assert not bad, explain(report, bad)
     assert code == 0 and report["summary"]["status"] == "CONFORMANT"
+    # What a plugin leaves in its temp dir stays in its sandbox, never on the host.
+    assert set(Path(tempfile.gettempdir()).glob("reference-dp-scratch-*")) == before
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ DP_DEFECTS: dict[str, str] = {
     "missing-device": "leaves the last inventory device out of ListAndWatch",
     "duplicate-ids": "lists the first device twice",
     "wrong-numa": "reports every device on NUMA node 0",
-    "close-stream": "ends ListAndWatch right after the first response",
+    "close-stream": "ends ListAndWatch 0.1 s after the first response",
     "allocate-one-response": "answers Allocate with a single container response",
     "allocate-unknown-ok": "answers Allocate for unknown device IDs with success",
     "bad-allocate-response": "returns a relative mount path and permissions 'rwx'",

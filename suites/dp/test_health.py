@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from fake_devices.scripts import flap, run_script
 from harness.checks import MUST, SHOULD, check, expect, not_exercised
+from harness.devicemap import IDENTITY, DeviceMap
 from harness.env import DPEnv
 from harness.listing import Listing, devices_of
 from harness.timeline import Event
@@ -134,15 +135,33 @@ def test_flapping_converges(dp_env: DPEnv) -> None:
     runner.start()
     expect(done.wait(SCRIPT_TIMEOUT_S), "the flap script to finish", "it still running")
     t_end = env.now()
-    final = env.devices.state(t.inventory_id)["health"]  # type: ignore[union-attr]
-    test = is_up(t) if final == HEALTHY else is_down(t)
+    want = backend_view(env, env.mapping)
+    if want is not None:
+        test: Callable[[dict[str, str]], bool] = lambda d: d == want  # noqa: E731
+        what = f"a full list equal to the backend's {want}"
+    else:
+        final = env.devices.state(t.inventory_id)["health"]  # type: ignore[union-attr]
+        test = is_up(t) if final == HEALTHY else is_down(t)
+        what = f"{t.describe()} reported {final}, as the backend has it"
     endpoint = reg.get("endpoint_id")
     sent = env.timeline.find(lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet"
                              and e.get("endpoint_id") == endpoint)
     if sent and test(devices_of(sent[-1])):
         return  # the plugin had already caught up when the script ended
-    wait_list(env, reg, t_end, f"{t.describe()} reported {final}, as the backend has it, after {FLAP_CYCLES} flaps",
-              test)
+    wait_list(env, reg, t_end, f"{what} after {FLAP_CYCLES} flaps", test)
+
+
+def backend_view(env: DPEnv, mapping: DeviceMap) -> dict[str, str] | None:
+    """The whole list the backend implies, by plugin ID, when every present fake device has one."""
+    view = {}
+    for d in env.devices.devices():  # type: ignore[union-attr]
+        if not d.present:
+            continue
+        plugin_id = mapping.plugin_id(d.id) or (d.id if mapping.source == IDENTITY else None)
+        if plugin_id is None:
+            return None
+        view[plugin_id] = HEALTHY if d.health == HEALTHY else UNHEALTHY
+    return view
 
 
 @check("DP-HLT-04", SHOULD, "an overheated device is reported Unhealthy, and Healthy again once cooled")
