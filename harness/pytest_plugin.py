@@ -291,7 +291,7 @@ class Collector:
                 self.results[check_id].notes.extend(n for n in value if n not in self.results[check_id].notes)
             elif key == "fakelet_facts":
                 for name, fact in value.items():
-                    self.facts.setdefault(name, fact)
+                    self.facts[name] = merge_fact(self.facts.get(name), fact)
             elif key == "fakelet_findings":
                 self.findings.extend(f for f in value if f not in self.findings)
 
@@ -368,6 +368,13 @@ class Collector:
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
             f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
             f"{r.coverage_line()}")
+
+
+def merge_fact(old: Any, new: Any) -> Any:
+    """Facts from every check of a subject: groups of files are united, anything else keeps the first."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: sorted(set(old.get(k, [])) | set(new.get(k, []))) for k in sorted(set(old) | set(new))}
+    return new if old is None else old
 
 
 def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:
