@@ -65,12 +65,13 @@ def allocation_strings(response: Any) -> tuple[list[str], list[str]]:
 
 
 def map_devices(plugin_ids: list[str], hardware: list[HardwareDevice], explicit: dict[str, str] | None,
-                allocate: Callable[[str], Any] | None) -> DeviceMap:
+                allocate: Callable[[str], Any] | None, opaque: bool = False) -> DeviceMap:
+    """`opaque`: the subject says the plugin names devices its own way, so equal names are a coincidence."""
     known = {h.id for h in hardware}
     if explicit:
         return DeviceMap({p: i for p, i in explicit.items() if p in plugin_ids and i in known}, EXPLICIT)
     same = {p: p for p in plugin_ids if p in known}
-    if same:
+    if same and not opaque:
         return DeviceMap(same, IDENTITY)
     if allocate is None:
         return DeviceMap()

@@ -318,7 +318,7 @@ class DPEnv:
                 with self.probe(reg) as probe:
                     return probe.allocate([[device_id]]).container_responses[0]
             explicit = getattr(self.spec, "device_map", None)
-            self._device_map = map_devices(listing.ids, self.hardware(), explicit, allocate)
+            self._device_map = map_devices(listing.ids, self.hardware(), explicit, allocate, self.spec.opaque_ids)
             self.facts["device mapping"] = self._device_map.describe()
         return self._device_map
 

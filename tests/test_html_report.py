@@ -144,7 +144,7 @@ def test_page_is_self_contained(tmp_path: Path) -> None:
 
 def test_header_and_verdict_table(tmp_path: Path) -> None:
     page = written(tmp_path)
-    assert "NOT CONFORMANT" in page and "1 pass, 1 fail, 0 skip, 0 error of 2" in page
+    assert "NOT CONFORMANT" in page and "1 pass, 1 fail, 0 not exercised, 0 n/a, 0 skip, 0 error of 2" in page
     assert "ref&lt;dp&gt;" in page and "ref<dp>" not in page
     for text in ("no-reregister", "fast", "deviceplugin v1beta1", "0.1.0", "<dd>7</dd>"):
         assert text in page, text
