@@ -1,26 +1,57 @@
 """Subject launchers: start an unmodified plugin, watch it, restart it, stop it.
 
 Each launcher is one lifecycle object: configured up front, `start()` returns
-self, `stop()` is idempotent, and a failed start cleans up after itself. The
-process runs in its own session so that stopping it takes its children too.
-Exits land on the timeline the moment they happen.
+self, `stop()` is idempotent, and a failed start cleans up after itself.
+
+The plugin runs in its own PID namespace, as in a container: a small PID-1
+helper of ours (harness/nsinit.py) starts the plugin's argv as the *main
+process*, adopts every orphan, forwards SIGTERM to the main process and
+reports when it exits. Nothing the plugin starts can escape (a wrapper that
+forks a `setsid` daemon and exits, children in new sessions): SIGKILL of the
+helper makes the kernel kill the whole namespace. Where no PID namespace can
+be had, the plugin runs in its own session instead and the timeline says why.
+
+Timeline events (source = the subject's name; `pid` is always the pid the
+harness sees for the subject, the outer process):
+- `process.start` (pid, start), `process.signal` (pid, signal),
+- `process.main_exit` (pid, main_pid, returncode, signalled, detached:
+  [{pid, ns_pid, cmd}]) when the main process exits, with the processes it left,
+- `process.exit` (pid, returncode = the main process's) once nothing of the
+  subject is left, so a daemon that keeps serving holds it back,
+- `process.containment` (pid_namespace: false, reason) when there is no PID namespace.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
+import json
 import os
+import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.timeline import Timeline
 
 HOST_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin v1beta1 constants.go DevicePluginPath
 KILL_GRACE_S = 1.0  # teardown: after SIGTERM, how long before SIGKILL (DP-ROB-01 measures exits itself)
+HELPER_READY_S = 10.0  # a signal waits this long for the PID-1 helper to run (Python start-up on a loaded machine)
+THREAD_JOIN_S = 2.0  # the subject is gone: its report and output pipes are at EOF, or about to be
+PROBE_S = 10.0  # `unshare ... true`
+LOG_CAP_BYTES = 8 * 1024 * 1024  # per start: a chatty plugin's 200 MB of output is not kept whole
+LOG_TAIL_BYTES = 64 * 1024  # the newest output kept past the cap, and what a tail reads
+# What a container has of its own (kubelet mounts none of these from the host unless a
+# pod asks): a plugin writing there must not write into the host.
+CONTAINER_PRIVATE_DIRS = ("/tmp", "/run", "/var/run", "/var/run/cdi", "/etc/cdi")
+HELPER_DIR = Path(__file__).resolve().parent
 
 
 def _die_with_parent(cmd: list[str]) -> list[str]:
@@ -36,8 +67,139 @@ def _die_with_parent(cmd: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *cmd] if setpriv else cmd
 
 
+def _helper(script: str) -> list[str]:
+    # Isolated (-I -S): only the standard library and its own package, so that nothing on
+    # the plugin's PYTHONPATH can shadow it and it works without an installed harness.
+    return [sys.executable, "-I", "-S", str(HELPER_DIR / script)]
+
+
 class LaunchError(RuntimeError):
     """The subject could not be started at all (bad command, missing privilege)."""
+
+
+@functools.cache
+def _probe(flags: tuple[str, ...]) -> str | None:
+    """None when `unshare FLAGS true` works here, else why not."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "'unshare' (util-linux) not found"
+    try:
+        proc = subprocess.run([unshare, *flags, "--", "true"], capture_output=True, text=True, timeout=PROBE_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    return None if proc.returncode == 0 else (proc.stderr.strip() or f"exit code {proc.returncode}")
+
+
+def unshare_prefix(mount: bool, pid: bool) -> list[str]:
+    """How to enter new namespaces here (as root, else through a user namespace), or a clear error why not."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise LaunchError("'unshare' (util-linux) not found")
+    flags = ["--mount", "--propagation", "private"] if mount else []
+    if pid:
+        # --kill-child: when unshare dies, so does the helper, and with it the namespace.
+        flags += ["--pid", "--fork", "--kill-child"]
+    if os.geteuid() == 0 and _probe(tuple(flags)) is None:
+        return [unshare, *flags]
+    user = ["--user", "--map-root-user", *flags]
+    why = _probe(tuple(user))
+    if why is not None:
+        raise LaunchError(f"needs root or unprivileged user namespaces (unshare {' '.join(user)} failed: {why})")
+    return [unshare, *user]
+
+
+def namespace_prefix() -> list[str]:
+    """How to enter a private mount namespace here, or a clear error why not."""
+    try:
+        return unshare_prefix(mount=True, pid=False)
+    except LaunchError as err:
+        raise LaunchError(f"mount-namespace launcher {err}") from err
+
+
+class _LogPump(threading.Thread):
+    """Copies one start's output into the log, up to LOG_CAP_BYTES; past that keeps only the newest bytes."""
+
+    def __init__(self, fd: int, path: Path, name: str) -> None:
+        super().__init__(daemon=True, name=f"log-{name}")
+        self.fd = fd
+        self.cut = False
+        self.dropped = 0
+        self._written = 0
+        self._last = b"\n"
+        self._recent = bytearray()
+        self._lock = threading.Lock()  # one copier at a time: this thread, or a reader asking for a tail
+        self._out = open(path, "ab", buffering=0)  # run() closes it when the pipe is done
+        self._closed = False
+
+    def run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        try:
+            while True:
+                # Until the subject writes or is gone: as long as it lives, like any reader of its output.
+                events = poller.poll()
+                with self._lock:
+                    # Nothing pending after a wake-up: a tail reader copied it, or the writers are gone.
+                    if not self._copy() and any(ev & (select.POLLHUP | select.POLLNVAL) for _, ev in events):
+                        break
+        finally:
+            with self._lock:
+                if self.cut:
+                    self._out.write(f"[fakelet: {self.dropped} more bytes dropped; "
+                                    f"the last {len(self._recent)} follow]\n".encode())
+                    self._out.write(bytes(self._recent))
+                self._out.close()
+                os.close(self.fd)
+                self._closed = True
+
+    def _copy(self) -> bool:
+        """Copy what the pipe holds now, without blocking; False when it held nothing. Under the lock."""
+        pending = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0" * 4))[0]
+        if not pending:
+            return False
+        chunk = os.read(self.fd, pending)
+        room = max(LOG_CAP_BYTES - self._written, 0)
+        if room:
+            self._out.write(chunk[:room])
+            self._written += min(room, len(chunk))
+            self._last = chunk[:room][-1:] or self._last
+        if len(chunk) > room:
+            if not self.cut:
+                self.cut = True
+                self._out.write(b"" if self._last == b"\n" else b"\n")
+                self._out.write(f"[fakelet: output cut at {LOG_CAP_BYTES} bytes]\n".encode())
+            self.dropped += len(chunk) - room
+            self._recent += chunk[room:]
+            del self._recent[:-LOG_TAIL_BYTES]
+        return True
+
+    def drain(self) -> None:
+        """Bring the log up to everything the subject has written so far."""
+        with self._lock:
+            if not self._closed:
+                self._copy()
+
+    def recent(self) -> bytes:
+        with self._lock:
+            return bytes(self._recent)
+
+
+class _Run:
+    """One start of the subject: its outer process, its helper's reports, its output."""
+
+    def __init__(self, number: int, proc: subprocess.Popen[bytes], pump: _LogPump, log_offset: int,
+                 report_fd: int | None) -> None:
+        self.number, self.proc, self.pump, self.log_offset = number, proc, pump, log_offset
+        self.report_fd = report_fd
+        self.contained = report_fd is not None
+        self.helper_pid: int | None = None
+        self.main_pid: int | None = None
+        self.main_exit: dict[str, Any] | None = None
+        self.returncode: int | None = None
+        self.killed = False  # the launcher sent SIGKILL
+        self.ready = threading.Event()  # the helper reported in, or never will
+        self.done = threading.Event()  # process.exit is on the timeline
+        self.threads: list[threading.Thread] = []
 
 
 class ProcessLauncher:
@@ -45,64 +207,192 @@ class ProcessLauncher:
                  timeline: Timeline, cwd: Path | None = None) -> None:
         self.name, self.argv, self.env = name, list(argv), dict(env)
         self.log_path, self.timeline, self.cwd = log_path, timeline, cwd
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._watcher: threading.Thread | None = None
         self.starts = 0
+        self.main_exits: list[dict[str, Any]] = []  # every start's main-process exit, as the helper reported it
+        self._run: _Run | None = None
+        self._ns: tuple[list[str], bool] | None = None
+        self._no_pid_ns: str | None = None  # why the subject runs without a PID namespace
 
-    def command(self) -> list[str]:
-        return self.argv
+    # -- how to run it ---------------------------------------------------------
+
+    def _namespaces(self) -> tuple[list[str], bool]:
+        """(the unshare prefix, whether it brings a PID namespace); without one, the reason is kept."""
+        try:
+            return unshare_prefix(mount=False, pid=True), True
+        except LaunchError as err:
+            self._no_pid_ns = str(err)
+            return [], False
+
+    @property
+    def namespaces(self) -> tuple[list[str], bool]:
+        if self._ns is None:
+            self._ns = self._namespaces()
+        return self._ns
+
+    @property
+    def contained(self) -> bool:
+        """Whether the subject runs in its own PID namespace under the helper."""
+        return self.namespaces[1]
+
+    def command(self, program: str | None = None, report_fd: int | None = None) -> list[str]:
+        """The full command line: the plugin's argv under the helper in its own PID namespace."""
+        prefix, contained = self.namespaces
+        if not contained:
+            return self.argv
+        return [*prefix, "--", *_helper("nsinit.py"), *self._helper_args(program, report_fd), "--", *self.argv]
+
+    @staticmethod
+    def _helper_args(program: str | None, report_fd: int | None) -> list[str]:
+        args = ["--report-fd", str(report_fd)] if report_fd is not None else []
+        return args + (["--exec", program] if program else [])
+
+    def program(self) -> str:
+        """The plugin binary's absolute path, looked up as exec would with the plugin's PATH."""
+        argv0 = self.argv[0]
+        if "/" in argv0:
+            candidate = os.path.abspath(os.path.join(self.cwd or os.getcwd(), argv0))
+            path = candidate if os.path.isfile(candidate) else None
+        else:
+            path = shutil.which(argv0, path=self.env.get("PATH", os.defpath))
+        if path is None:
+            raise LaunchError(f"subject {self.name}: command not found: {argv0}")
+        if not os.access(path, os.X_OK):
+            raise LaunchError(f"subject {self.name}: cannot start {argv0}: {path} is not executable")
+        return path
+
+    # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> ProcessLauncher:
         if self.running:
             return self
-        cmd = self.command()
-        if shutil.which(cmd[0]) is None and not Path(cmd[0]).is_file():
-            raise LaunchError(f"subject {self.name}: command not found: {cmd[0]}")
-        log = open(self.log_path, "ab")
+        program = self.program()
+        contained = self.contained
+        if not contained and self.starts == 0:
+            self.timeline.record("process.containment", self.name, pid_namespace=False,
+                                 reason=self._no_pid_ns or "no PID namespace")
+        report_r, report_w = os.pipe() if contained else (None, None)
+        log_r, log_w = os.pipe()
         try:
-            log.write(f"--- start {self.starts + 1}: {' '.join(cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(_die_with_parent(cmd), env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.cwd,
-                                         start_new_session=True)
-        except OSError as err:
-            raise LaunchError(f"subject {self.name}: cannot start {cmd[0]}: {err}") from err
+            cmd = self.command(program, report_w)
+            with open(self.log_path, "ab") as log:
+                log.write(f"--- start {self.starts + 1}: {' '.join(self.argv)}\n".encode())
+                offset = log.tell()
+            try:
+                proc = subprocess.Popen(_die_with_parent(cmd), env=self.env, stdout=log_w, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, cwd=self.cwd, start_new_session=True,
+                                        pass_fds=(report_w,) if report_w is not None else ())
+            except OSError as err:
+                raise LaunchError(f"subject {self.name}: cannot start {self.argv[0]}: {err}") from err
+        except BaseException:
+            for fd in (report_r, log_r):
+                if fd is not None:
+                    os.close(fd)
+            raise
         finally:
-            log.close()
+            # Only the subject holds the write ends now: EOF means it is gone.
+            for fd in (report_w, log_w):
+                if fd is not None:
+                    os.close(fd)
         self.starts += 1
-        self.timeline.record("process.start", self.name, pid=self.proc.pid, start=self.starts)
-        self._watcher = threading.Thread(target=self._watch, args=(self.proc,), daemon=True,
-                                         name=f"watch-{self.name}")
-        self._watcher.start()
+        run = _Run(self.starts, proc, _LogPump(log_r, self.log_path, self.name), offset, report_r)
+        self._run = run
+        self.timeline.record("process.start", self.name, pid=proc.pid, start=self.starts)
+        run.threads.append(run.pump)
+        if report_r is not None:
+            run.threads.append(threading.Thread(target=self._read_reports, args=(run, report_r), daemon=True,
+                                                name=f"reports-{self.name}"))
+        else:
+            run.ready.set()
+        run.threads.append(threading.Thread(target=self._watch, args=(run,), daemon=True, name=f"watch-{self.name}"))
+        for thread in run.threads:
+            thread.start()
         return self
 
-    def _watch(self, proc: subprocess.Popen[bytes]) -> None:
-        code = proc.wait()
-        self.timeline.record("process.exit", self.name, pid=proc.pid, returncode=code)
+    def _read_reports(self, run: _Run, fd: int) -> None:
+        try:
+            with os.fdopen(fd, "rb") as reports:
+                for line in reports:
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if msg.get("event") == "start":
+                        run.helper_pid, run.main_pid = msg.get("pid"), msg.get("main_pid")
+                        run.ready.set()
+                    elif msg.get("event") == "main_exit":
+                        run.main_exit = msg
+                        self.main_exits.append(msg)
+                        self.timeline.record("process.main_exit", self.name, pid=run.proc.pid,
+                                             main_pid=run.main_pid, returncode=msg.get("returncode"),
+                                             signalled=msg.get("signalled", False), detached=msg.get("detached", []),
+                                             start=run.number)
+        finally:
+            run.ready.set()
+
+    def _watch(self, run: _Run) -> None:
+        code = run.proc.wait()
+        if run.contained:
+            # The main process's exit and the last output land before the exit does. (Without a
+            # PID namespace a leftover child may hold the output open for as long as it lives.)
+            for thread in run.threads:
+                if thread is not threading.current_thread():
+                    thread.join(THREAD_JOIN_S)
+        if run.main_exit is not None:
+            run.returncode = run.main_exit["returncode"]
+        else:
+            # The main process died with its namespace: by our SIGKILL (unshare then exits 1), or
+            # the helper failed before it ran (its own exit code says why).
+            run.returncode = -signal.SIGKILL if run.killed and run.contained else code
+        self.timeline.record("process.exit", self.name, pid=run.proc.pid, returncode=run.returncode)
+        run.done.set()
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self._run is not None and self._run.proc.poll() is None
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self._run.proc.pid if self._run is not None else None
+
+    @property
+    def main_pid(self) -> int | None:
+        """The plugin's own process (the main process) as the host sees it, e.g. to read its CPU time."""
+        run = self._run
+        if run is None:
+            return None
+        if not run.contained:
+            return run.proc.pid
+        run.ready.wait(HELPER_READY_S)  # known once the helper has started it
+        return run.main_pid
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The outer process of the current start."""
+        return self._run.proc if self._run is not None else None
 
     def signal(self, sig: int) -> None:
-        if self.running and self.proc is not None:
-            self.timeline.record("process.signal", self.name, pid=self.proc.pid, signal=signal.Signals(sig).name)
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
+        """As a runtime signals a container: SIGKILL ends everything, other signals go to the main process."""
+        run = self._run
+        if run is None or not self.running:
+            return
+        self.timeline.record("process.signal", self.name, pid=run.proc.pid, signal=signal.Signals(sig).name)
+        try:
+            if not run.contained:
+                os.killpg(run.proc.pid, sig)
+                return
+            # The helper forwards to the main process; SIGKILL of the helper kills the namespace.
+            run.killed = run.killed or sig == signal.SIGKILL
+            run.ready.wait(HELPER_READY_S)
+            os.kill(run.helper_pid if run.helper_pid is not None else run.proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
     def wait_exit(self, timeout_s: float) -> int | None:
-        if self.proc is None:
+        """The main process's exit code once nothing of the subject is left, or None after `timeout_s`."""
+        run = self._run
+        if run is None:
             return None
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        return run.returncode if run.done.wait(timeout_s) else None
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no cleanup by the subject."""
@@ -111,7 +401,8 @@ class ProcessLauncher:
         self._reap_group()
 
     def stop(self, grace_s: float = KILL_GRACE_S) -> None:
-        if self.proc is None:
+        run = self._run
+        if run is None:
             return
         if self.running:
             self.signal(signal.SIGTERM)
@@ -119,14 +410,16 @@ class ProcessLauncher:
                 self.signal(signal.SIGKILL)
                 self.wait_exit(KILL_GRACE_S)
         self._reap_group()
-        if self._watcher is not None:
-            self._watcher.join(KILL_GRACE_S)
+        for thread in run.threads:
+            thread.join(THREAD_JOIN_S)
 
     def _reap_group(self) -> None:
-        # Children the subject left behind in its session go too.
-        if self.proc is not None:
+        # Without a PID namespace, children the subject left behind in its session go too.
+        # (With one they died with it, and the group id may be free for reuse.)
+        run = self._run
+        if run is not None and not run.contained:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(run.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
@@ -139,12 +432,44 @@ class ProcessLauncher:
             self.stop()
         self.start()
 
+    # -- what it left and said ----------------------------------------------------
+
+    def detached_finding(self) -> str | None:
+        """A finding when a main process exited on its own and left processes running."""
+        left = [e for e in self.main_exits if e.get("detached") and not e.get("signalled")]
+        if not left:
+            return None
+        first = left[0]
+        procs = first["detached"]
+        # Pids as the plugin's namespace numbers them: the same from run to run, unlike the host's.
+        shown = ", ".join(f"pid {p.get('ns_pid') or p['pid']} {p['cmd']!r}" for p in procs[:5])
+        shown += ", …" if len(procs) > 5 else ""
+        again = f" (and after {len(left) - 1} more start{'s' if len(left) > 2 else ''})" if len(left) > 1 else ""
+        return (f"the main process exited {first['returncode']} and left {len(procs)} detached "
+                f"process{'es' if len(procs) != 1 else ''}: [{shown}]{again}; "
+                "in a DaemonSet the container would have ended with its main process")
+
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
+        """The last lines of the current start's output (stdout and stderr, merged)."""
+        run = self._run
+        if run is None:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        run.pump.drain()
+        if run.pump.cut and run.pump.is_alive():
+            data = run.pump.recent()
+        else:
+            try:
+                with open(self.log_path, "rb") as log:
+                    size = log.seek(0, os.SEEK_END)
+                    log.seek(max(run.log_offset, size - LOG_TAIL_BYTES))
+                    data = log.read()
+            except OSError:
+                return ""
+        return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        """What a plugin that exits early said last (its stderr is merged into the log)."""
+        return self.log_tail(lines)
 
     def __enter__(self) -> ProcessLauncher:
         return self.start()
@@ -153,36 +478,61 @@ class ProcessLauncher:
         self.stop()
 
 
-def namespace_prefix() -> list[str]:
-    """How to enter a private mount namespace here, or a clear error why not."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        raise LaunchError("mount-namespace launcher: 'unshare' (util-linux) not found")
-    if os.geteuid() == 0:
-        return [unshare, "--mount", "--propagation", "private"]
-    probe = subprocess.run([unshare, "--user", "--map-root-user", "--mount", "true"], capture_output=True)
-    if probe.returncode != 0:
-        raise LaunchError("mount-namespace launcher needs root or unprivileged user namespaces "
-                          f"(unshare --user failed: {probe.stderr.decode().strip()})")
-    return [unshare, "--user", "--map-root-user", "--mount", "--propagation", "private"]
+def _paths_in(values: Iterable[str]) -> list[str]:
+    """Absolute paths named in arguments or env values (`/p`, `--flag=/p`, `A:/p:/q`)."""
+    out = []
+    for value in values:
+        for part in value.partition("=")[2].split(":") + value.split(":"):
+            if part.startswith("/"):
+                out.append(part)
+    return out
 
 
 class NamespaceLauncher(ProcessLauncher):
-    """Runs a plugin that hard-codes /var/lib/kubelet/device-plugins.
+    """Runs a plugin that hard-codes /var/lib/kubelet/device-plugins, with a container's view of the host.
 
-    The plugin gets a private mount namespace in which the sandbox's plugin
-    directory is bind-mounted over that path (harness/nsexec.py). The host's
-    real directory is never created or touched, and the mounts vanish with the
-    namespace when the plugin exits.
+    The plugin gets a private mount namespace (harness/nsexec.py) in which the
+    sandbox directories are bind-mounted over the host paths (`binds`: sandbox
+    dir -> host path) and /tmp, /run (/var/run), /var/run/cdi and /etc/cdi, plus
+    `private_dirs`, are private and empty. The plugin binary, the interpreter,
+    and every path the plugin was given (`keep`, and absolute paths in its argv
+    and env) stay visible where a private dir would hide them. The host's file
+    system is never written to, and the mounts vanish with the namespace.
     """
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_path: Path,
-                 timeline: Timeline, binds: dict[str, str], scratch: Path) -> None:
+                 timeline: Timeline, binds: dict[str, str], private_dirs: Sequence[str] = (),
+                 keep: Sequence[str] = ()) -> None:
         super().__init__(name, argv, env, log_path, timeline)
-        self.binds, self.scratch = binds, scratch
-        self._prefix = namespace_prefix()
+        self.binds = dict(binds)
+        self.private_dirs = list(dict.fromkeys([*CONTAINER_PRIVATE_DIRS, *private_dirs]))
+        self.keep = list(keep)
+        self._mount_prefix = namespace_prefix()  # no mount namespace is a LaunchError at once, as before
 
-    def command(self) -> list[str]:
-        bind_args = [a for src, dst in self.binds.items() for a in ("--bind", f"{src}:{dst}")]
-        return [*self._prefix, sys.executable, "-m", "harness.nsexec", "--scratch", str(self.scratch),
-                *bind_args, "--", *self.argv]
+    def _namespaces(self) -> tuple[list[str], bool]:
+        try:
+            return unshare_prefix(mount=True, pid=True), True
+        except LaunchError as err:
+            self._no_pid_ns = str(err)
+            return self._mount_prefix, False
+
+    def keep_paths(self, program: str) -> list[str]:
+        real = os.path.realpath(program)
+        # Directories and the files themselves: nsexec puts back a directory when it can,
+        # the file when the directory is itself hidden (a script directly in /tmp).
+        paths = [os.path.dirname(program), program, os.path.dirname(real), real,
+                 sys.prefix, sys.base_prefix, sys.exec_prefix, str(HELPER_DIR.parent), *self.keep,
+                 *_paths_in(self.argv[1:]), *_paths_in(self.env.values())]
+        # A file the plugin was given comes with its directory (a kubeconfig's certificates).
+        paths += [os.path.dirname(p) for p in paths if os.path.isfile(p)]
+        return list(dict.fromkeys(p for p in paths if os.path.exists(p)))
+
+    def command(self, program: str | None = None, report_fd: int | None = None) -> list[str]:
+        prefix, contained = self.namespaces
+        program = program or self.program()
+        args = [a for src, dst in self.binds.items() for a in ("--bind", f"{src}:{dst}")]
+        args += [a for d in self.private_dirs for a in ("--private", d)]
+        args += [a for p in self.keep_paths(program) for a in ("--keep", p)]
+        if contained:
+            args += ["--proc", "--init", *self._helper_args(None, report_fd)]
+        return [*prefix, "--", *_helper("nsexec.py"), *args, "--exec", program, "--", *self.argv]
