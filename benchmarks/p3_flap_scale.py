@@ -194,7 +194,7 @@ class Plugin:
         self.endpoint_id: int | None = None
 
     def cpu_s(self) -> float | None:
-        pid = self.launcher.pid
+        pid = self.launcher.main_pid  # the plugin itself, not the namespace's helpers
         return cpu_of_pid(pid) if pid is not None and self.launcher.running else None
 
     def expected(self) -> dict[str, str]:

@@ -11,6 +11,7 @@ serialized RunConfig `fakelet run` writes) or from the individual
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -293,7 +294,9 @@ class Collector:
                 for name, fact in value.items():
                     self.facts[name] = merge_fact(self.facts.get(name), fact)
             elif key == "fakelet_findings":
-                self.findings.extend(f for f in value if f not in self.findings)
+                # One finding per kind: each check's copy differs only in pids and paths.
+                seen = {finding_kind(f) for f in self.findings}
+                self.findings.extend(f for f in value if finding_kind(f) not in seen)
 
     @staticmethod
     def _verdict(report: pytest.TestReport, call: pytest.CallInfo[Any]) -> tuple[str, str, str]:
@@ -368,6 +371,10 @@ class Collector:
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
             f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
             f"{r.coverage_line()}")
+
+
+def finding_kind(finding: str) -> str:
+    return re.sub(r"\[.*\]|\d+", "#", finding)
 
 
 def merge_fact(old: Any, new: Any) -> Any:
