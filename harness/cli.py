@@ -348,12 +348,49 @@ def reap_dead_runs() -> None:
               f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr)
 
 
+REPORT_MARK = ".fakelet-report"  # marks a directory fakelet wrote, so a later run may replace it whole
+
+
+def check_out(value: str) -> Path:
+    """The report directory: never / or home, never someone else's non-empty directory."""
+    if not value.strip():
+        raise UsageError("--out is empty; name a directory for the report")
+    out = Path(value).expanduser()
+    resolved = out.resolve()
+    if resolved == Path("/") or resolved == Path.home().resolve():
+        raise UsageError(f"--out {value}: refusing to write a report into {resolved}")
+    if resolved.exists() and not resolved.is_dir():
+        raise UsageError(f"--out {value}: {resolved} exists and is not a directory")
+    if resolved.is_dir() and any(resolved.iterdir()) and not is_report_dir(resolved):
+        raise UsageError(f"--out {value}: {resolved} is not empty and holds no fakelet report; "
+                         "name a new or empty directory")
+    return out
+
+
+def is_report_dir(path: Path) -> bool:
+    if (path / REPORT_MARK).is_file():
+        return True
+    try:  # a report written before the mark existed
+        return "schema_version" in json.loads((path / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def fresh_out(out: Path) -> None:
+    """Replace an earlier report whole: its artifacts never mix with this run's."""
+    if out.is_dir() and is_report_dir(out):
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
     reap_dead_runs()
-    out = Path(args.out)
+    fresh_out(out)
     reports: list[SubjectReport] = []
     plane = shared_control_plane(runs)
     interrupted = False

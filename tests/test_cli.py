@@ -283,3 +283,33 @@ def test_pytest_plugin_runs_dra_checks(tmp: Path, tmp_path: Path) -> None:
     assert report["summary"]["conformant"] is False  # a skipped MUST check is never a pass
     assert report["summary"]["status"] == "INCOMPLETE"
     assert leftovers(tmp) == []
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("", "--out is empty"),
+    ("/", "refusing to write a report into /"),
+    ("~", "refusing to write a report into"),
+    ("SOMEONES", "is not empty and holds no fakelet report"),
+])
+def test_out_that_would_clobber_is_refused(tmp: Path, tmp_path: Path, value: str, message: str) -> None:
+    if value == "SOMEONES":
+        (tmp_path / "thesis.tex").write_text("precious")
+        value = str(tmp_path)
+    proc = fakelet(tmp, "run", "--check", "DP-REG-02", "--out", value, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert leftovers(tmp) == []
+    assert not (tmp_path / "thesis.tex").exists() or (tmp_path / "thesis.tex").read_text() == "precious"
+
+
+def test_an_earlier_report_is_replaced_whole(tmp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = fakelet(tmp, "run", "--check", "DP-REG-02", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    stray = out / "artifacts" / "DP-OLD-01" / "timeline.json"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("[]")
+    second = fakelet(tmp, "run", "--check", "DP-REG-03", "--out", str(out))
+    assert second.returncode == 0, second.stderr
+    assert not stray.exists() and (out / "artifacts" / "DP-REG-03").is_dir()
+    assert not (out / "artifacts" / "DP-REG-02").exists()
