@@ -109,8 +109,8 @@ class DeviceBackend:
         return self._change("plug", device_id, present=True)
 
     def ecc(self, device_id: str, count: int = 1) -> dict[str, Any]:
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ValueError(f"ecc count must be a positive integer, got {count!r}")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_ECC_BURST:
+            raise ValueError(f"ecc count must be a positive integer (at most {MAX_ECC_BURST}), got {count!r}")
         with self._lock:
             total = self._device(device_id).ecc_errors + count
             return self._change("ecc", device_id, ecc_errors=total)
@@ -141,15 +141,19 @@ class DeviceBackend:
         raise KeyError(unknown_device_message(device_id, self.inventory.ids()))
 
     def _change(self, op: str, device_id: str, **changes: Any) -> dict[str, Any]:
+        """All of a change or none of it: the tree is written from a copy, the model updated after."""
         with self._lock:
             device = self._device(device_id)
+            changed = copy.copy(device)
+            for name, value in changes.items():
+                setattr(changed, name, value)
+            if self._running:
+                if changed.present:
+                    self.materializer.write_device(changed)
+                else:
+                    self.materializer.remove_device(changed)
             for name, value in changes.items():
                 setattr(device, name, value)
-            if self._running:
-                if device.present:
-                    self.materializer.write_device(device)
-                else:
-                    self.materializer.remove_device(device)
             # Recorded after the write: when the event exists, the tree already shows the change.
             self._record(f"device.{op}", device=device.id, health=device.health,
                          temperature_c=device.temperature_c, present=device.present,
@@ -161,7 +165,15 @@ class DeviceBackend:
             self.timeline.record(kind, SOURCE, **data)
 
 
+# What a control may set: beyond these no sensor reads, and millidegree files would overflow.
+TEMPERATURE_RANGE_C = (-273.15, 1000.0)
+MAX_ECC_BURST = 1_000_000
+
+
 def _temperature(value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"temperature must be a finite number of degrees C, got {value!r}")
+    low, high = TEMPERATURE_RANGE_C
+    if not low <= value <= high:
+        raise ValueError(f"temperature {value:g} C is out of range {low:g}..{high:g} C")
     return float(value)

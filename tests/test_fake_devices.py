@@ -716,3 +716,17 @@ def test_large_inventories_share_pci_buses_and_too_large_is_refused() -> None:
     assert len({d.pci_address for d in inv.devices}) == 1000
     with pytest.raises(ValueError, match="no free PCI address left"):
         generate(1, {"gpu": 8000})
+
+
+@pytest.mark.parametrize(("op", "value", "message"), [
+    ("heat", 1e308, "out of range"), ("cool", -300.0, "out of range"), ("ecc", 10**9, "at most")])
+def test_out_of_range_controls_change_nothing(tmp_path: Path, op: str, value: float, message: str) -> None:
+    from fake_devices.backend import DeviceBackend
+    from fake_devices.model import Device, Inventory
+    with DeviceBackend(tmp_path / "hw", Inventory(devices=[Device("gpu-0", cls="gpu")])) as backend:
+        before = backend.state("gpu-0")
+        files = {p: p.read_bytes() for p in (tmp_path / "hw").rglob("*") if p.is_file()}
+        with pytest.raises(ValueError, match=message):
+            backend.apply(op, "gpu-0", value)
+        assert backend.state("gpu-0") == before
+        assert {p: p.read_bytes() for p in (tmp_path / "hw").rglob("*") if p.is_file()} == files
