@@ -30,6 +30,7 @@ from typing import Any
 
 from fake_devices.model import Inventory
 from harness import gobuild
+from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
 from harness.env import SubjectUnavailable
 from harness.kubelet.validation import is_dns1123_subdomain, is_extended_resource_name
 from harness.kubelet.versions import KubeletVersion
@@ -71,6 +72,10 @@ def check_control_plane(spec: str) -> str:
         path = Path(spec.removeprefix("kubeconfig:"))
         if not path.is_file():
             raise ProfileError(f"--control-plane {spec}: no such kubeconfig file {path}")
+        try:  # parsed now, so a broken kubeconfig is bad input, not a run of skipped checks
+            load_kubeconfig(path)
+        except (KubeconfigError, OSError, ValueError) as err:
+            raise ProfileError(f"--control-plane {spec}: {err}") from None
         return f"kubeconfig:{path.resolve()}"
     raise ProfileError(f"--control-plane {spec!r}: choose one of {', '.join(CONTROL_PLANES)}")
 

@@ -313,3 +313,12 @@ def test_an_earlier_report_is_replaced_whole(tmp: Path, tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr
     assert not stray.exists() and (out / "artifacts" / "DP-REG-03").is_dir()
     assert not (out / "artifacts" / "DP-REG-02").exists()
+
+
+def test_a_kubeconfig_that_does_not_parse_is_bad_input(tmp: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nclusters: [")
+    proc = fakelet(tmp, "run", "--subject", "reference-dra", "--control-plane", f"kubeconfig:{broken}",
+                   "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2 and "not YAML" in proc.stderr, proc.stderr
+    assert leftovers(tmp) == [] and not (tmp_path / "out").exists()
