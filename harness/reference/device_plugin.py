@@ -418,7 +418,7 @@ class _RegisterLoop:
     def __init__(self, plugin: ReferencePlugin, pending: bool) -> None:
         self.p = plugin
         self.pending = pending
-        self.registered_once = False
+        self.attempted = False  # no-reregister mutant
         self.gave_up = False
         self.backoff = BACKOFF_START_S
         self.next_try = time.monotonic()
@@ -436,7 +436,9 @@ class _RegisterLoop:
         if self.p.has("bounded-retry") and outage > BOUNDED_RETRY_S:
             log.warning("kubelet was gone %.1fs; giving up on it", outage)
             self.gave_up = True
-        if self.gave_up or (self.p.has("no-reregister") and self.registered_once):
+        # no-reregister: once it has tried, never again (even if that try was cut short by this very restart).
+        if self.gave_up or (self.p.has("no-reregister") and self.attempted):
+            self.pending = False
             return
         self.pending, self.backoff, self.next_try = True, BACKOFF_START_S, time.monotonic()
         if self.p.has("slow-reregister"):
@@ -445,8 +447,8 @@ class _RegisterLoop:
     def step(self) -> None:
         if not self.pending or time.monotonic() < self.next_try:
             return
+        self.attempted = True
         if self.p.register():
-            self.registered_once = True
             self.pending = self.p.has("register-storm")
             self.next_try = time.monotonic() + STORM_PERIOD_S
         elif self.p.has("give-up-on-reject"):
