@@ -231,6 +231,37 @@ def test_interrupt_leaves_nothing_behind(tmp: Path, tmp_path: Path, sig: signal.
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     assert leftovers(tmp) == []
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "INTERRUPTED" in summary and "CONFORMANT" not in summary.replace("NOT CONFORMANT", "")
+
+
+def _processes_naming(tmp: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(tmp).encode() in (proc / "environ").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_killed_run_takes_its_checks_down_and_the_next_run_reaps_what_is_left(tmp: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--check", "DP-RST-04",
+                             "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _wait_for_plugin_socket(tmp, 60)
+    proc.kill()  # SIGKILL: fakelet itself gets no say
+    proc.wait()
+    # Its check run got SIGTERM from the kernel (parent-death signal) and tears down, bounded.
+    deadline = time.monotonic() + 60
+    while _processes_naming(tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling /proc: no event tells when the last process of a tree is gone
+    assert _processes_naming(tmp) == []
+    again = fakelet(tmp, "run", "--check", "DP-REG-02", "--out", str(tmp_path / "again"), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert leftovers(tmp) == []
 
 
 def test_plugin_cmd_in_mount_namespace_never_touches_host_kubelet_dir(tmp: Path, tmp_path: Path) -> None:
