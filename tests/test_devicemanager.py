@@ -618,6 +618,24 @@ def test_checkpoint_keeps_the_upstream_shape(sandbox, timeline, make_node, make_
                                                 "DeviceIDs": {"-1": alloc.device_ids}}]
 
 
+@pytest.mark.parametrize("garbage", [b"", b"not json", b'{"Data": 1}', b'{"Data": {}, "Checksum": 1}', b"\xff" * 64])
+def test_a_corrupt_checkpoint_costs_the_allocations_not_the_start(sandbox, timeline, make_node, make_plugin,
+                                                                  garbage):
+    """manager.go Start(): "Continue after failing to read checkpoint file" - a plugin can write that dir."""
+    node = make_node()
+    plugin = make_plugin([("d0", HEALTHY)])
+    register_and_list(node, timeline, plugin)
+    node.stop_kubelet()
+    (sandbox.plugin_dir / checkpoint.CHECKPOINT_NAME).write_bytes(garbage)
+    t = timeline.now()
+    node.start_kubelet()
+    bad = timeline.wait_for(lambda e: e.kind == "kubelet.checkpoint_unreadable", WAIT_S, "the unreadable checkpoint",
+                            since_ns=t)
+    assert bad.get("error")
+    assert node.capacity(RES) is None  # nothing restored; the plugin registers afresh
+    assert node.kubelet_socket.exists()
+
+
 # -- admission -----------------------------------------------------------------
 
 

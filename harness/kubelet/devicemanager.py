@@ -197,7 +197,15 @@ class DeviceManager:
         self.timeline.record("kubelet.cleanup", "kubelet", instance=self.instance, removed=sorted(removed))
 
     def _restore_checkpoint(self) -> None:
-        data = checkpoint.read(self.checkpoint_path)
+        try:
+            data = checkpoint.read(self.checkpoint_path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            # manager.go Start(): "Continue after failing to read checkpoint file. Device allocation
+            # info may NOT be up-to-date" - a corrupt checkpoint (a plugin can write that directory)
+            # costs the kubelet its allocations, never its start.
+            self.timeline.record("kubelet.checkpoint_unreadable", "kubelet", instance=self.instance,
+                                 error=f"{type(err).__name__}: {err}"[:300])
+            data = checkpoint.CheckpointData()
         # Recorded first, so the grace period measured from this event is never short.
         self.timeline.record("kubelet.restored", "kubelet", instance=self.instance,
                              resources=sorted(data.registered), pods=len(data.entries))
