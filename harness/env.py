@@ -364,17 +364,6 @@ class DPEnv:
                 return mapping.pairs[plugin_id]
         return self.hardware()[0].id
 
-    def mapped_device(self, reg: Event, listing: Listing) -> tuple[str, str]:
-        """(plugin ID, inventory ID) of one listed, healthy, mapped device, or not exercised."""
-        mapping = self.device_map(reg, listing)
-        for plugin_id in listing.healthy:
-            inventory_id = mapping.inventory_id(plugin_id)
-            if inventory_id is not None:
-                return plugin_id, inventory_id
-        not_exercised(f"no listed healthy device maps to an inventory device ({mapping.describe()}; "
-                      f"plugin devices {listing.ids[:8]}); give devices.map in a subject file")
-        raise AssertionError("unreachable")
-
     def probe(self, register: Event) -> ProbeClient:
         """A direct client to the endpoint the plugin registered, for calls the kubelet would not make."""
         from harness.kubelet.devicemanager import go_join

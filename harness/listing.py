@@ -51,19 +51,6 @@ class Listing:
         return f"[{shown}{more}] after {self.messages} response(s)"
 
 
-def _messages(events: list[Event], endpoint_id: int, since_ns: int) -> list[Event]:
-    return [e for e in events if e.kind == "grpc.stream_msg" and e.get("endpoint_id") == endpoint_id
-            and e.source == "kubelet" and e.t_ns >= since_ns]
-
-
-def current(timeline: Timeline, endpoint_id: int, since_ns: int = 0) -> Listing:
-    """What the kubelet holds now for the endpoint (no wait)."""
-    msgs = _messages(timeline.events(since_ns), endpoint_id, since_ns)
-    if not msgs:
-        return Listing(None)
-    return Listing(msgs[-1], devices_of(msgs[-1]), len(msgs))
-
-
 def wait_settled(timeline: Timeline, endpoint_id: int, bound_s: float, since_ns: int = 0,
                  abort: Callable[[Event], bool] | None = None, settle_s: float = SETTLE_S) -> Listing:
     """Wait until the endpoint's applied list is non-empty and unchanged for `settle_s`, within `bound_s`.
