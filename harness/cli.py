@@ -230,6 +230,13 @@ class Interrupted(KeyboardInterrupt):
         self.partial = partial
 
 
+def nothing_ran(run: RunConfig) -> SubjectReport:
+    """The report of a run interrupted before its first verdict: every selected check without one."""
+    selected = run.checks or list(catalog(SUITES[run.spec.kind]))
+    return SubjectReport(subject=run.spec.name, profile=run.profile.name, seed=run.seed, defect=run.defect,
+                         kind=run.spec.kind, missing=sorted(selected), interrupted=True)
+
+
 def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").unlink(missing_ok=True)
@@ -248,7 +255,7 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
         code = proc.wait()
     except KeyboardInterrupt:
         stop_check_run(proc)
-        raise Interrupted(load_report(out, interrupted=True)) from None
+        raise Interrupted(load_report(out, interrupted=True) or nothing_ran(run)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report = load_report(out)

@@ -16,11 +16,11 @@ from typing import Any
 from fake_devices.access import AccessTrace
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
-from harness.checks import not_exercised
+from harness.checks import expect, not_exercised
 from harness.devicemap import DeviceMap, HardwareDevice, map_devices
 from harness.filewatch import FileWatch
 from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher
-from harness.listing import Listing, wait_settled
+from harness.listing import HEALTHY, UNHEALTHY, Listing, wait_settled
 from harness.node import FakeNode
 from harness.probe import ProbeClient
 from harness.profiles import Profile
@@ -38,7 +38,8 @@ from harness.subjects import (
 )
 from harness.timeline import Event, Timeline
 
-REGISTRATION_KINDS = ("kubelet.register", "kubelet.start", "kubelet.stop", "process.exit", "fault.fired")
+REGISTRATION_KINDS = ("kubelet.register", "kubelet.register_received", "kubelet.start", "kubelet.stop",
+                      "process.exit", "fault.fired")
 # Rejections no retry can fix: the plugin asked for something the kubelet never accepts.
 PERMANENT_REJECTIONS = ("is not supported by kubelet", "is invalid")
 
@@ -65,6 +66,7 @@ class DPEnv:
         self.notes: list[str] = []  # per check: slow reactions, the device mapping used
         self.facts: dict[str, Any] = {}  # per subject: files read, mapping, device nodes
         self.findings: list[str] = []  # per subject: e.g. detached processes
+        self.cleanup: list[str] = []  # what containment had to clean up after the plugin
         self._device_map: DeviceMap | None = None
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         try:
@@ -212,9 +214,33 @@ class DPEnv:
             self.facts["fake hardware read"] = self.access.summary()
         if self.devices is not None and not self.devices.char_devices:
             self.facts["device nodes"] = f"regular files: {self.devices.materializer.mknod_error or 'no mknod'}"
+        self.cleanup += getattr(self.subject, "cleanup", list)()
+        self.findings += getattr(self.subject, "limits_finding", list)()
+        note = getattr(self.subject, "cgroup_note", None)
+        if note:
+            self.facts["cgroup"] = note
+        self.cleanup += self._leftover_files()
         finding = getattr(self.subject, "detached_finding", lambda: None)()
         if finding:
             self.findings.append(finding)
+        # What the fake kubelet noticed that the plugin did to it (messages over its limits, ...).
+        for event in self.timeline.events():
+            noticed = event.get("finding")
+            if noticed and noticed not in self.findings:
+                self.findings.append(noticed)
+
+    def _leftover_files(self) -> list[str]:
+        """Files the stopped plugin left in the device-plugins directory, which the sandbox removes."""
+        kubelet_files = {"kubelet.sock", "kubelet_internal_checkpoint"}
+        try:
+            left = sorted(p.name for p in self.sandbox.plugin_dir.iterdir() if p.name not in kubelet_files)
+        except OSError:
+            return []
+        if not left or self.subject.running:
+            return []
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        return [f"removed {len(left)} file{'s' if len(left) != 1 else ''} the plugin left in the device-plugins "
+                f"directory: {shown}"]
 
     def __enter__(self) -> DPEnv:
         return self
@@ -232,10 +258,19 @@ class DPEnv:
         return event.kind == "process.exit" and self.is_mine(event) and event.get("pid") == self.subject.pid
 
     def wait_register_call(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
-        """The first Register call to reach the kubelet, accepted or not."""
-        return self.timeline.wait_for(
-            lambda e: e.kind == "kubelet.register", timeout_s or self.profile.reaction_s,
+        """The kubelet's answer to the first Register call to reach it, accepted or not."""
+        arrived = self.timeline.wait_for(
+            lambda e: e.kind == "kubelet.register_received", timeout_s or self.profile.reaction_s,
             "a Register call on kubelet.sock", since_ns, abort=self._exit_abort, relevant=REGISTRATION_KINDS)
+        # Inside Register the kubelet dials (its 10 s) and calls GetDevicePluginOptions (bounded by T).
+        answer = self.timeline.wait_for(
+            lambda e: e.kind == "kubelet.register" and e.get("call") == arrived.get("call")
+            and e.get("instance") == arrived.get("instance"),
+            self.profile.dial_timeout_s + self.profile.reaction_s, "the kubelet's answer to that Register",
+            arrived.t_ns, relevant=REGISTRATION_KINDS)
+        expect(answer.get("bytes") is None, "a Register call the kubelet can receive",
+               f"{answer.get('error')} at {self.at(answer)}")
+        return answer
 
     def wait_registered(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
         """A Register the kubelet accepted, for the subject's resource."""
@@ -269,6 +304,11 @@ class DPEnv:
     def need_devices(self, listing: Listing, count: int = 1, healthy: bool = True) -> list[str]:
         """The listed (healthy) device IDs, or end the check as not exercised when there are too few."""
         ids = listing.healthy if healthy else listing.ids
+        odd = sorted({h for h in listing.devices.values() if h not in (HEALTHY, UNHEALTHY)})
+        if healthy and len(ids) < count and odd:
+            # Not a lack of devices: health values the kubelet does not know count as unhealthy.
+            raise AssertionError(f"expected device health 'Healthy' or 'Unhealthy'; saw {odd} in "
+                                 f"{listing.describe()}: the kubelet counts those devices unhealthy")
         if len(ids) < count:
             what = "healthy devices" if healthy else "devices"
             not_exercised(f"the plugin listed {len(ids)} {what} ({listing.describe()}); this check needs {count}")

@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import grpc
 
+# The kubelet sets no message size on any of its plugin channels or servers, so grpc-go's
+# defaults hold: 4 MiB received per message, either side (grpc-go defaultClientMaxReceiveMessageSize,
+# defaultServerMaxReceiveMessageSize). A message above it fails the kubelet's call with
+# RESOURCE_EXHAUSTED.
+KUBELET_MAX_RECV_BYTES = 4 * 1024 * 1024
+# fakelet reads up to this much, so that a message the kubelet would refuse is a finding that
+# says what it was, not an opaque transport error. Beyond it the transport error is the verdict.
+FAKELET_MAX_RECV_BYTES = 64 * 1024 * 1024
+
+
+def over_kubelet_limit(message: object) -> int | None:
+    """The serialized size of a protobuf message when the kubelet could not receive it, else None."""
+    size = message.ByteSize()  # type: ignore[attr-defined]
+    return size if size > KUBELET_MAX_RECV_BYTES else None
+
+
 # Reconnect quickly: a plugin that appears a moment after we dial should be
 # seen at once, not after grpc's default 1 s initial backoff.
 CHANNEL_OPTIONS = [
@@ -11,7 +27,9 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 250),
     ("grpc.enable_retries", 0),
+    ("grpc.max_receive_message_length", FAKELET_MAX_RECV_BYTES),
 ]
+SERVER_OPTIONS = [("grpc.max_receive_message_length", FAKELET_MAX_RECV_BYTES)]
 
 
 def unix_target(path: str) -> str:

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import cgroups
 from harness.timeline import Timeline
 
 HOST_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin v1beta1 constants.go DevicePluginPath
@@ -114,6 +115,11 @@ def namespace_prefix() -> list[str]:
         return unshare_prefix(mount=True, pid=False)
     except LaunchError as err:
         raise LaunchError(f"mount-namespace launcher {err}") from err
+
+
+CONTAINMENT_ENV = "FAKELET_CONTAINMENT"
+# Joins every cgroup dir given before `--`, then execs the rest (sh: no Python between fork and exec).
+CGROUP_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 126; shift; done; shift; exec "$@"'
 
 
 class _LogPump(threading.Thread):
@@ -195,6 +201,7 @@ class _Run:
         self.helper_pid: int | None = None
         self.main_pid: int | None = None
         self.main_exit: dict[str, Any] | None = None
+        self.start_mounts: int | None = None  # mounts in the plugin's namespace when it started
         self.returncode: int | None = None
         self.killed = False  # the launcher sent SIGKILL
         self.ready = threading.Event()  # the helper reported in, or never will
@@ -212,11 +219,26 @@ class ProcessLauncher:
         self._run: _Run | None = None
         self._ns: tuple[list[str], bool] | None = None
         self._no_pid_ns: str | None = None  # why the subject runs without a PID namespace
+        self._cgroup: cgroups.Cgroup | None = None  # the current start's
+        self.cgroup_note: str | None = None  # what cgroup the subject gets, or why none
+        self.limit_hits = cgroups.LimitHits()
+        self.limits = cgroups.Limits()
 
     # -- how to run it ---------------------------------------------------------
 
     def _namespaces(self) -> tuple[list[str], bool]:
-        """(the unshare prefix, whether it brings a PID namespace); without one, the reason is kept."""
+        """(the unshare prefix, whether it brings a PID namespace); without one, the reason is kept.
+
+        A mount namespace too, with nothing hidden or bound: the plugin sees the host's files as
+        they are, but a mount it makes (a tmpfs of its own) dies with it instead of staying on the host.
+        """
+        try:
+            prefix = unshare_prefix(mount=True, pid=True)
+            # Said to the plugin, so that a test plugin that mounts knows it is safe to (hostile.py).
+            self.env[CONTAINMENT_ENV] = "pid,mount"
+            return prefix, True
+        except LaunchError:
+            pass
         try:
             return unshare_prefix(mount=False, pid=True), True
         except LaunchError as err:
@@ -273,7 +295,7 @@ class ProcessLauncher:
         report_r, report_w = os.pipe() if contained else (None, None)
         log_r, log_w = os.pipe()
         try:
-            cmd = self.command(program, report_w)
+            cmd = self._in_cgroup(self.command(program, report_w))
             with open(self.log_path, "ab") as log:
                 log.write(f"--- start {self.starts + 1}: {' '.join(self.argv)}\n".encode())
                 offset = log.tell()
@@ -308,6 +330,42 @@ class ProcessLauncher:
             thread.start()
         return self
 
+    def _in_cgroup(self, cmd: list[str]) -> list[str]:
+        """`cmd` joining a new cgroup of its own before it runs anything, or `cmd` as it is when
+        there is no cgroup to be had here (the reason is kept for the report)."""
+        try:
+            cgroup = cgroups.create(self.name, self.limits)
+            cgroup.apply_limits()
+        except (cgroups.CgroupUnavailable, OSError) as err:
+            self.cgroup_note = f"no cgroup: {err}"
+            return cmd
+        self._cgroup = cgroup
+        self.cgroup_note = cgroup.describe()
+        # The shell joins before it execs: nothing the plugin starts can be outside the cgroup.
+        return ["/bin/sh", "-c", CGROUP_JOIN, "fakelet-cgroup", *cgroup.paths, "--", *cmd]
+
+    def _release_cgroup(self) -> None:
+        """After a start has ended: kill what is left in its cgroup, count the limits hit, remove it."""
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is None:
+            return
+        left = cgroup.kill()
+        if left:
+            self.timeline.record("process.cgroup_sweep", self.name, killed=len(left))
+        self.limit_hits.add(cgroup.hits())
+        cgroup.remove()
+
+    def limits_finding(self) -> list[str]:
+        """Findings for the cgroup limits the plugin ran into."""
+        out, hits = [], self.limit_hits
+        if hits.pids_max:
+            out.append(f"the plugin hit the cgroup's pids limit of {self.limits.pids_max} "
+                       f"({hits.pids_max} forks refused)")
+        if hits.oom_kills:
+            out.append(f"the kernel OOM-killed {hits.oom_kills} plugin process(es) at the cgroup's memory limit of "
+                       f"{cgroups.format_bytes(self.limits.memory_max)}")
+        return out
+
     def _read_reports(self, run: _Run, fd: int) -> None:
         try:
             with os.fdopen(fd, "rb") as reports:
@@ -318,8 +376,10 @@ class ProcessLauncher:
                         continue
                     if msg.get("event") == "start":
                         run.helper_pid, run.main_pid = msg.get("pid"), msg.get("main_pid")
+                        run.start_mounts = msg.get("mounts")
                         run.ready.set()
                     elif msg.get("event") == "main_exit":
+                        msg["start"], msg["start_mounts"] = run.number, run.start_mounts
                         run.main_exit = msg
                         self.main_exits.append(msg)
                         self.timeline.record("process.main_exit", self.name, pid=run.proc.pid,
@@ -399,6 +459,7 @@ class ProcessLauncher:
         self.signal(signal.SIGKILL)
         self.wait_exit(KILL_GRACE_S)
         self._reap_group()
+        self._release_cgroup()
 
     def stop(self, grace_s: float = KILL_GRACE_S) -> None:
         run = self._run
@@ -410,6 +471,7 @@ class ProcessLauncher:
                 self.signal(signal.SIGKILL)
                 self.wait_exit(KILL_GRACE_S)
         self._reap_group()
+        self._release_cgroup()
         for thread in run.threads:
             thread.join(THREAD_JOIN_S)
 
@@ -433,6 +495,23 @@ class ProcessLauncher:
         self.start()
 
     # -- what it left and said ----------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        """What fakelet's containment had to clean up after the plugin, start by start."""
+        out = []
+        for e in self.main_exits:
+            when = f" (start {e['start']})" if self.starts > 1 else ""
+            left = e.get("detached") or []
+            if left:
+                own = sum(1 for p in left if p.get("own_session"))
+                sessions = f", {own} of them in sessions of their own" if own else ""
+                out.append(f"killed {len(left)} process{'es' if len(left) != 1 else ''} still running when the "
+                           f"plugin's main process exited{when}{sessions}, with its PID namespace")
+            mounts, before = e.get("mounts"), e.get("start_mounts")
+            if isinstance(mounts, int) and isinstance(before, int) and mounts > before:
+                out.append(f"dropped {mounts - before} mount{'s' if mounts - before != 1 else ''} the plugin made"
+                           f"{when}, with its mount namespace")
+        return out
 
     def detached_finding(self) -> str | None:
         """A finding when a main process exited on its own and left processes running."""

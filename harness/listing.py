@@ -20,6 +20,7 @@ from harness.timeline import Event, Timeline, WaitTimeout
 # A plugin still changing its list after it is judged, not failed.
 SETTLE_S = 0.5
 HEALTHY = "Healthy"  # deviceplugin v1beta1 constants.go
+UNHEALTHY = "Unhealthy"  # deviceplugin v1beta1 constants.go
 LIST_EVENTS = ("grpc.stream_msg", "kubelet.stream_end", "kubelet.register", "process.exit")
 
 

@@ -20,7 +20,7 @@ from harness.kubelet.devicemanager import (
     ContainerAllocation,
     DeviceManager,
 )
-from harness.kubelet.dramanager import DRAManager, PreparedClaim, PrepareError, UnprepareError
+from harness.kubelet.dramanager import DRAManager, KubeletWouldNotStart, PreparedClaim, PrepareError, UnprepareError
 from harness.kubelet.pluginwatcher import DEVICE_PLUGIN, DRA_PLUGIN, DevicePluginHandler, PluginWatcher
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
@@ -86,7 +86,13 @@ class FakeNode:
                          wipe_slices=self.wipe_slices, translate=self.translate)
         if arm_dra is not None:
             arm_dra(dra)
-        self.dra = dra.start()
+        try:
+            self.dra = dra.start()
+        except KubeletWouldNotStart:
+            # The whole kubelet fails to start, its device manager included.
+            manager.stop()
+            self.manager = None
+            raise
         watcher = PluginWatcher(self.registry_dir, self.timeline, self.profile,
                                 {DEVICE_PLUGIN: DevicePluginHandler(manager), DRA_PLUGIN: dra})
         if arm_watcher is not None:

@@ -75,6 +75,13 @@ class ProcView:
         fields = raw[raw.rfind(")") + 2:].split()  # comm may contain spaces and parentheses
         return fields[0], int(fields[1])
 
+    def session(self, pid: int) -> int | None:
+        try:
+            raw = self._read(f"{pid}/stat").decode(errors="replace")
+        except OSError:
+            return None
+        return int(raw[raw.rfind(")") + 2:].split()[3])
+
     def ns_pid(self, pid: int) -> int | None:
         """The pid in its innermost namespace (the last NSpid entry)."""
         try:
@@ -154,7 +161,8 @@ class Init:
         return next((p for p in among if self.procs.ns_pid(p) == ns_pid), None)
 
     def detached(self) -> list[dict[str, Any]]:
-        return [{"pid": p, "ns_pid": self.procs.ns_pid(p), "cmd": self.procs.cmd(p)}
+        return [{"pid": p, "ns_pid": self.procs.ns_pid(p), "cmd": self.procs.cmd(p),
+                 "own_session": self.procs.session(p) not in (None, os.getsid(0))}
                 for p in self.procs.descendants(self.procs.self_pid())]
 
     def kill_rest(self, sig: int) -> None:
@@ -175,7 +183,8 @@ class Init:
     def on_main_exit(self, returncode: int) -> None:
         self.main_rc = returncode
         left = self.detached()
-        self.report(event="main_exit", returncode=returncode, signalled=self.signalled, detached=left)
+        self.report(event="main_exit", returncode=returncode, signalled=self.signalled, detached=left,
+                    mounts=mount_count())
         if left and self.signalled:
             # The runtime was stopping the container: once its main process is gone the
             # container is gone, whatever it left (the kernel kills a container's PID namespace).
@@ -222,13 +231,22 @@ class Init:
             os.set_inheritable(self.report_fd, False)  # the plugin must not hold the report pipe open
         self.main = self.spawn()
         me = self.procs.self_pid()
-        self.report(event="start", pid=me, main_ns_pid=self.main,
+        self.report(event="start", pid=me, main_ns_pid=self.main, mounts=mount_count(),
                     main_pid=self.host_pid_of(self.main, self.procs.descendants(me)))
         while self.reap():
             info = signal.sigtimedwait(WATCHED, REAP_WAKE_S)
             if info is not None and info.si_signo != signal.SIGCHLD:
                 self.forward(info.si_signo)
         return exit_code(self.main_rc if self.main_rc is not None else EXEC_FAILED)
+
+
+def mount_count() -> int | None:
+    """Mounts in this (the plugin's) mount namespace: what it adds, it made."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as info:
+            return sum(1 for _ in info)
+    except OSError:
+        return None
 
 
 def _ignore(signum: int, frame: object) -> None:

@@ -137,6 +137,9 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
     return item.get_closest_marker("fakelet_check")
 
 
+DETAIL_CAP_CHARS = 16_000  # one verdict's detail in every report format
+
+
 class Collector:
     """Turns pytest outcomes of marked checks into the report tree."""
 
@@ -146,6 +149,7 @@ class Collector:
         self.selected: list[str] = []  # check IDs collected for this run
         self.facts: dict[str, Any] = {}
         self.findings: list[str] = []
+        self.cleanup: list[str] = []
         self.interrupted = False
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
@@ -246,6 +250,9 @@ class Collector:
             if verdict in (FAIL, ERROR) and report.when == "call" and isinstance(env, DPEnv):
                 exited = env.exit_report()
                 detail = f"{detail}\n{exited}" if exited else detail
+            if len(detail) > DETAIL_CAP_CHARS:  # a plugin's own strings can be huge: keep the report readable
+                cut = len(detail) - DETAIL_CAP_CHARS
+                detail = f"{detail[:DETAIL_CAP_CHARS]}\n[fakelet: detail cut, {cut} more characters]"
             report.user_properties.append(("fakelet", {
                 "id": mark.kwargs["id"], "level": mark.kwargs["level"], "title": mark.kwargs["title"],
                 "verdict": verdict, "detail": detail, "install": install}))
@@ -293,6 +300,9 @@ class Collector:
             elif key == "fakelet_facts":
                 for name, fact in value.items():
                     self.facts[name] = merge_fact(self.facts.get(name), fact)
+            elif key == "fakelet_cleanup":
+                seen = {finding_kind(f) for f in self.cleanup}
+                self.cleanup.extend(f for f in value if finding_kind(f) not in seen)
             elif key == "fakelet_findings":
                 # One finding per kind: each check's copy differs only in pids and paths.
                 seen = {finding_kind(f) for f in self.findings}
@@ -338,7 +348,8 @@ class Collector:
             api_versions=self.api_versions(), timings=self.run.profile.describe(),
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
-            missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings))
+            missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings),
+            cleanup=list(self.cleanup))
 
     def api_versions(self) -> dict[str, str]:
         if not self.run.spec.is_dra:
@@ -389,6 +400,7 @@ def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:
     request.node.user_properties.append(("fakelet_notes", list(env.notes)))
     request.node.user_properties.append(("fakelet_facts", dict(env.facts)))
     request.node.user_properties.append(("fakelet_findings", list(env.findings)))
+    request.node.user_properties.append(("fakelet_cleanup", list(getattr(env, "cleanup", []))))
 
 
 def required(check_id: str, require: list[str]) -> bool:

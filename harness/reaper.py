@@ -6,12 +6,17 @@ its directories stay: sandboxes with stale sockets, pytest's temp root, the
 local control plane's workdir. Each records its owner (pid and the process's
 start time, so that a reused pid is not mistaken for the owner) in
 OWNER_FILE; `reap()` removes those whose owner is gone and says what it removed.
+
+Cgroups (harness/cgroups.py) cannot hold a file of ours: their owner is in
+their name (`owner_tag()`, `<pid>-<start ticks>`), and `reap()` removes those
+of dead owners too, killing the processes still in them first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -48,8 +53,27 @@ def owner_alive(directory: Path) -> bool | None:
     return now is not None and (started is None or now == started)
 
 
-def reap(base: Path | None = None) -> list[Path]:
-    """Remove the fakelet temp dirs under `base` whose owner is dead; return what was removed."""
+def owner_tag(pid: int | None = None) -> str:
+    """The owner marker for things that cannot hold OWNER_FILE (cgroups): `<pid>-<start ticks>`."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}-{start_time(pid)}"
+
+
+def tag_alive(tag: str) -> bool | None:
+    """True or False for an owner tag; None when `tag` is not one."""
+    match = re.fullmatch(r"(\d+)-(\d+)", tag)
+    if match is None:
+        return None
+    return start_time(int(match.group(1))) == match.group(2)
+
+
+def reap(base: Path | None = None, cgroups: bool | None = None) -> list[Path]:
+    """Remove the fakelet temp dirs under `base` whose owner is dead; return what was removed.
+
+    With `cgroups` (default: when `base` is the system's temp dir, i.e. for a real run)
+    fakelet's cgroups of dead owners go too, after the processes still in them.
+    """
+    cgroups = base is None if cgroups is None else cgroups
     base = Path(base or tempfile.gettempdir())
     removed = []
     for directory in sorted(base.glob(PREFIX + "*")):
@@ -58,4 +82,8 @@ def reap(base: Path | None = None) -> list[Path]:
         shutil.rmtree(directory, ignore_errors=True)
         if not directory.exists():
             removed.append(directory)
+    if cgroups:
+        from harness import cgroups as cg  # it uses this module's owner tags
+
+        removed += [path for path, _ in cg.reap_dead()]
     return removed

@@ -92,6 +92,11 @@ class Defect:
     name: str
     description: str
     kills: list[str]
+    # The hostile corpus: run only these checks, within this wall time, and expect a subject
+    # finding containing each of `findings`.
+    checks: list[str] | None = None
+    wall_s: float | None = None
+    findings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -382,6 +387,9 @@ SCHEMA: dict[str, Field] = {
     "defects": Field((dict,), values=Field((dict,), keys={
         "description": STR,
         "kills": Field((list,), required=True, items=STR),
+        "checks": STRINGS,
+        "wall_s": Field((int, float), check=_non_negative),
+        "findings": STRINGS,
     })),
     "build": Field((dict,), keys={
         "module": Field((str,), required=True), "package": Field((str,), required=True),
@@ -587,13 +595,19 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
         description=doc.get("description", ""), env=dict(doc.get("env") or {}),
         pass_env=list(doc.get("pass_env") or []), socket=doc.get("socket"), inventory=inventory,
         defect_args=list(doc.get("defect_args") or []),
-        defects={n: Defect(n, d.get("description", ""), list(d["kills"]))
-                 for n, d in (doc.get("defects") or {}).items()},
+        defects={n: _defect(n, d) for n, d in (doc.get("defects") or {}).items()},
         build=dict(doc["build"]) if doc.get("build") else None, private_dirs=list(doc.get("private_dirs") or []),
         source=where, reference=doc.get("reference", False), needs_api=doc.get("needs_api", False),
         requires_python=dict(python) if python else None, notes=doc.get("notes", ""), field_lines=dict(lines),
         **_devices(doc), **_backend(doc, base_dir, where, lines),
     )
+
+
+def _defect(name: str, doc: dict) -> Defect:
+    checks = doc.get("checks")
+    return Defect(name, doc.get("description", ""), list(doc["kills"]),
+                  checks=list(checks) if checks is not None else None, wall_s=doc.get("wall_s"),
+                  findings=list(doc.get("findings") or []))
 
 
 def load_subject_file(path: Path | str) -> SubjectSpec:

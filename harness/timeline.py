@@ -48,9 +48,19 @@ class WaitTimeout(AssertionError):
         )
 
 
+DESCRIBE_VALUE_CHARS = 300  # one value in a verdict's "saw instead": a 100,000-device list is cut, not copied
+
+
 def describe(event: Event, origin_ns: int = 0) -> str:
-    summary = ", ".join(f"{k}={v}" for k, v in event.data.items() if k not in {"request", "response"})
+    summary = ", ".join(f"{k}={_cut(v)}" for k, v in event.data.items() if k not in {"request", "response"})
     return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s {event.kind} [{event.source}] {summary}"
+
+
+def _cut(value: Any) -> str:
+    text = str(value)
+    if len(text) <= DESCRIBE_VALUE_CHARS:
+        return text
+    return f"{text[:DESCRIBE_VALUE_CHARS]}… ({len(text) - DESCRIBE_VALUE_CHARS} more characters)"
 
 
 class Timeline:

@@ -21,6 +21,7 @@ from reports.model import CheckResult, SubjectReport
 
 HEALTHY = "Healthy"
 INJECTION_PREFIXES = ("fault.", "device.")
+MAX_DEVICE_LANES = 24  # a 100,000-device plugin gets a readable plot: the devices fakelet changed, then the first
 
 
 # -- the timeline, as the plot needs it ---------------------------------------------------------------------------
@@ -130,6 +131,17 @@ def device_ids(events: list[Ev]) -> list[str]:
     return sorted(ids, key=natural_key)
 
 
+def drawn_devices(events: list[Ev], limit: int = MAX_DEVICE_LANES) -> tuple[list[str], int]:
+    """The devices that get a lane, and how many do not: those fakelet changed first, then in order."""
+    ids = device_ids(events)
+    if len(ids) <= limit:
+        return ids, 0
+    changed = {str(e.data["device"]) for e in events if e.kind.startswith("device.") and "device" in e.data}
+    chosen = sorted(changed, key=natural_key)[:limit]
+    chosen += [d for d in ids if d not in changed][: limit - len(chosen)]
+    return sorted(chosen, key=natural_key), len(ids) - len(chosen)
+
+
 def health_class(health: str) -> str:
     if health == "absent":
         return "absent"
@@ -161,9 +173,10 @@ class SpanBuilder:
         return self.spans
 
 
-def reported_health(events: list[Ev], t_end: float) -> dict[str, list[Span]]:
-    """Per device, the health in the latest ListAndWatch message; nothing while no stream is open."""
-    ids, spans, endpoint = device_ids(events), SpanBuilder(), None
+def reported_health(events: list[Ev], t_end: float, ids: list[str] | None = None) -> dict[str, list[Span]]:
+    """Per device (of `ids`, default all), the health in the latest ListAndWatch message; nothing while no
+    stream is open."""
+    ids, spans, endpoint = device_ids(events) if ids is None else ids, SpanBuilder(), None
     for e in events:
         if e.kind == "grpc.stream_msg":
             listed, endpoint = listed_devices(e), e.data.get("endpoint_id")
@@ -545,13 +558,16 @@ def timeline_svg(events: list[Ev]) -> str:
     process_lane(plot, "kubelet", "kubelet", events, "kubelet.start", "kubelet.stop", "instance")
     process_lane(plot, "plugin process", "plugin", events, "process.start", "process.exit", "pid")
     registration_lane(plot, events)
-    reported, backend = reported_health(events, plot.t_end), backend_health(events, plot.t_end)
+    drawn, hidden = drawn_devices(events)
+    reported, backend = reported_health(events, plot.t_end, drawn), backend_health(events, plot.t_end)
     temps = temperatures(events)
     all_temps = [c for series in temps.values() for _, c in series]
     temp_range = (min(all_temps), max(all_temps)) if all_temps else None
-    for dev in device_ids(events):
+    for dev in drawn:
         device_lane(plot, dev, reported.get(dev, []), backend.get(dev, []) if backend else None,
                     temps.get(dev, []), temp_range)
+    if hidden:
+        plot.lane(f"… and {hidden} more devices", 14, "more", lambda y, h: "")
     count_panel(plot, events)
     return plot.svg(fault_rules(plot, marks) + reaction_overlay(plot, pair, reaction_y))
 
@@ -660,6 +676,7 @@ def header(report: SubjectReport) -> str:
     coverage = report.coverage_line().removeprefix(report.status())
     facts = "".join(f"<li>{escape(k)}: {escape(fact_text(v))}</li>" for k, v in report.facts.items())
     findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
+    findings += "".join(f"<li>cleaned up: {escape(c)}</li>" for c in report.cleanup)
     more = (f"<h2>Facts</h2><ul class=\"facts\">{facts}</ul>" if facts else "") + \
         (f"<h2>Findings</h2><ul class=\"findings\">{findings}</ul>" if findings else "")
     return (f"<header><h1>fakelet conformance: {escape(report.subject)}</h1>"

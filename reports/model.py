@@ -72,6 +72,8 @@ class SubjectReport:
     # Subject-level facts: what the plugin read of the fake hardware, the device mapping, findings.
     facts: dict[str, Any] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
+    # What fakelet's containment had to clean up after the plugin (processes, mounts, files).
+    cleanup: list[str] = field(default_factory=list)
     schema_version: str = SCHEMA_VERSION
 
     def summary(self) -> dict[str, Any]:

@@ -61,10 +61,11 @@ def markdown(report: SubjectReport) -> str:
         first = (c.detail.splitlines() or [""])[0].replace("|", "\\|")
         lines.append(f"| {c.id} | {c.level} | {ICONS[c.verdict]} | {c.duration_s:.2f}s | {first} |")
     notes = [(c.id, n) for c in report.checks for n in c.notes]
-    if report.facts or report.findings or notes:
+    if report.facts or report.findings or report.cleanup or notes:
         lines += ["", "## Facts and notes", ""]
         lines += [f"- {k}: {v}" for k, v in report.facts.items()]
         lines += [f"- finding: {f}" for f in report.findings]
+        lines += [f"- cleaned up: {c}" for c in report.cleanup]
         lines += [f"- {cid}: {n}" for cid, n in notes]
     hints = report.install_hints()
     if hints:

@@ -25,7 +25,7 @@ import pytest
 
 from harness.grpcutil import unix_target
 from harness.kubelet import dracheckpoint, versions
-from harness.kubelet.dramanager import DRAManager, PrepareError
+from harness.kubelet.dramanager import DRAManager, KubeletWouldNotStart, PrepareError
 from harness.kubelet.pluginwatcher import DRA_PLUGIN, PluginWatcher
 from harness.node import FakeNode
 from harness.profiles import FAST
@@ -703,3 +703,15 @@ def test_manager_alone_as_a_watcher_handler(timeline: Timeline, dirs: dict[str, 
     finally:
         watcher.stop()
         dra.stop()
+
+
+def test_a_corrupt_checkpoint_stops_the_kubelet_start_as_upstream(timeline: Timeline, dirs: dict[str, Path]) -> None:
+    """cm/dra manager.go NewManager fails on a checkpoint it cannot read: the kubelet does not start.
+    That is a failed check (someone else wrote the kubelet's file), never a harness error."""
+    state = dirs["state"]
+    state.mkdir(parents=True, exist_ok=True)
+    (state / dracheckpoint.CHECKPOINT_NAME).write_bytes(b"\x9b not a checkpoint")
+    with pytest.raises(KubeletWouldNotStart, match="fails to start") as caught:
+        DRAManager(state, timeline, PROFILE, versions.get("1.36")).start()
+    assert isinstance(caught.value, AssertionError)
+    assert any(e.get("finding") for e in timeline.events(kind="kubelet.checkpoint_unreadable"))

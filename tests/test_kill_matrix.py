@@ -16,11 +16,12 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.subjects import SubjectSpec, load_subject
 
@@ -31,11 +32,13 @@ CASES = [(name, None) for name in SPECS] + [(name, d) for name, spec in SPECS.it
 RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 MUTANT_REACTION_BOUND_S = "4"  # seconds: long enough for a prompt plugin under a loaded CI machine
 BENIGN = set(DP_BENIGN)
+HOSTILE_CORPUS_MIN = 30  # issue 13: at least this many hostile behaviours, each with a verdict and a wall bound
 
 
-def fakelet_run(out: Path, *args: str, subject: str = "reference-dp") -> tuple[int, dict]:
+def fakelet_run(out: Path, *args: str, subject: str = "reference-dp", timeout_s: float = RUN_TIMEOUT_S
+                ) -> tuple[int, dict]:
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", subject,
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+                           "--out", str(out), *args], capture_output=True, text=True, timeout=timeout_s)
     report_file = out / "report.json"
     assert report_file.exists(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.returncode, json.loads(report_file.read_text())
@@ -50,9 +53,24 @@ def explain(report: dict, ids: set[str]) -> str:
 
 
 def test_profile_documents_every_defect() -> None:
-    assert set(SPEC.defects) == set(DP_DEFECTS) | BENIGN
+    assert set(SPEC.defects) == set(DP_DEFECTS) | set(DP_HOSTILE) | BENIGN
     assert all(SPEC.defects[b].kills == [] for b in BENIGN)
     assert set(DRA_SPEC.defects) == set(DRA_DEFECTS)
+
+
+def hostile_corpus() -> list[tuple[str, str]]:
+    """Every behaviour with a bound on its run's wall time: the hostile corpus."""
+    return [(s, d) for s, spec in SPECS.items() for d, defect in sorted(spec.defects.items())
+            if defect.wall_s is not None]
+
+
+def test_hostile_corpus_is_complete() -> None:
+    corpus = hostile_corpus()
+    assert len(corpus) >= HOSTILE_CORPUS_MIN, corpus
+    assert {d for s, d in corpus if s == "reference-dp"} == set(DP_HOSTILE)
+    for subject, name in corpus:
+        defect = SPECS[subject].defects[name]
+        assert defect.checks is None or set(defect.kills) <= set(defect.checks), (subject, name)
 
 
 def run_args(spec: SubjectSpec, request: pytest.FixtureRequest) -> list[str]:
@@ -94,8 +112,20 @@ def test_benign_behaviour_passes_everything(behaviour: str, tmp_path: Path) -> N
 def test_mutant_fails_exactly_its_checks(subject: str, defect: str, tmp_path: Path,
                                          request: pytest.FixtureRequest) -> None:
     spec = SPECS[subject]
+    case = spec.defects[defect]
+    only = [a for c in case.checks or [] for a in ("--check", c)]
+    began = time.monotonic()
     code, report = fakelet_run(tmp_path, "--defect", defect, "--reaction-bound", MUTANT_REACTION_BOUND_S,
-                               *run_args(spec, request), subject=subject)
+                               *only, *run_args(spec, request), subject=subject,
+                               timeout_s=case.wall_s or RUN_TIMEOUT_S)
+    wall_s = time.monotonic() - began
+    if case.wall_s is not None:
+        assert wall_s <= case.wall_s, f"{defect}: the run took {wall_s:.0f}s, its bound is {case.wall_s:.0f}s"
+    if case.checks is not None:
+        assert {c["id"] for c in report["checks"]} == set(case.checks)
+    findings = report.get("findings", [])
+    for wanted in case.findings:
+        assert any(wanted in f for f in findings), f"no finding with {wanted!r}: {findings}"
     errors = set(verdicts(report, "error"))
     assert not errors, explain(report, errors)
     expected = set(spec.defects[defect].kills)

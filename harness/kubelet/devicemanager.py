@@ -22,10 +22,10 @@ from pathlib import Path
 import grpc
 
 from harness.faults import FaultPlan
-from harness.grpcutil import status_of, unix_target
+from harness.grpcutil import SERVER_OPTIONS, over_kubelet_limit, status_of, unix_target
 from harness.interceptors import RecordingServerInterceptor, to_dict
 from harness.kubelet import checkpoint
-from harness.kubelet.endpoint import DialError, Endpoint, HungCall, go_status
+from harness.kubelet.endpoint import DialError, Endpoint, HungCall, OverLimit, go_status, record_over_limit
 from harness.kubelet.validation import is_extended_resource_name
 from harness.profiles import Profile
 from harness.timeline import Timeline
@@ -122,6 +122,7 @@ class DeviceManager:
         self.faults = FaultPlan(timeline, "kubelet")
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # writes come from stream threads and admission
+        self._register_calls = itertools.count(1)  # pairs a Register's arrival with its answer
         self._resources: dict[str, ResourceState] = {}
         self._entries: list[checkpoint.PodDeviceEntry] = []
         self._server: grpc.Server | None = None
@@ -140,8 +141,10 @@ class DeviceManager:
         self.plugin_dir.mkdir(mode=PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         self._cleanup_plugin_dir()
         self._restore_checkpoint()
+        # Reads more than the kubelet would, to say what an oversized Register was (see register()).
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="kubelet"),
-                             interceptors=[RecordingServerInterceptor(self.timeline, "kubelet", self.faults)])
+                             interceptors=[RecordingServerInterceptor(self.timeline, "kubelet", self.faults)],
+                             options=SERVER_OPTIONS)
         dp_grpc.add_RegistrationServicer_to_server(_RegistrationServicer(self), server)
         self._listen(server)
         server.start()
@@ -226,9 +229,23 @@ class DeviceManager:
     # -- registration ------------------------------------------------------
 
     def register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
+        call = next(self._register_calls)
+        size = over_kubelet_limit(request)
+        if size is not None:
+            # grpc-go refuses it before the kubelet's handler runs: no validation, no dial.
+            error = record_over_limit(self.timeline, "RegisterRequest", size, instance=self.instance)
+            self.timeline.record("kubelet.register_received", "kubelet", instance=self.instance, call=call,
+                                 bytes=size)
+            self.timeline.record("kubelet.register", "kubelet", accepted=False, error=error, call=call,
+                                 instance=self.instance, resource=request.resource_name[:100] + "…",
+                                 endpoint=request.endpoint[:100], version=request.version[:100], bytes=size)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, error)
+        # Recorded on arrival: what follows (dial, GetDevicePluginOptions) may take the kubelet's bounds.
+        self.timeline.record("kubelet.register_received", "kubelet", instance=self.instance, call=call,
+                             resource=request.resource_name, endpoint=request.endpoint)
         probe = self._probe_endpoint(request.endpoint)
         event = {"instance": self.instance, "resource": request.resource_name, "version": request.version,
-                 "endpoint": request.endpoint, "options": to_dict(request.options), "probe": probe}
+                 "endpoint": request.endpoint, "options": to_dict(request.options), "probe": probe, "call": call}
         error = self._validate(request)
         endpoint = options = None
         if error is None:
@@ -443,7 +460,7 @@ class DeviceManager:
         if options.get_preferred_allocation_available:
             try:
                 preferred = endpoint.preferred(available, [], count)
-            except HungCall as err:
+            except (HungCall, OverLimit) as err:
                 raise AdmissionError(f"device plugin GetPreferredAllocation: {err}") from None
             except grpc.RpcError as err:
                 raise AdmissionError("device plugin GetPreferredAllocation rpc failed with err: "
@@ -452,7 +469,7 @@ class DeviceManager:
             chosen = valid + [i for i in available if i not in valid][: count - len(valid)]
         try:
             response = endpoint.allocate(chosen)
-        except HungCall as err:
+        except (HungCall, OverLimit) as err:
             raise AdmissionError(f"allocate for {resource}: {err}") from None
         except grpc.RpcError as err:
             raise AdmissionError(f"allocate for {resource} failed: {status_of(err)}") from None

@@ -61,6 +61,10 @@ DRA_MESSAGES = {DRA_V1: dra_v1, DRA_V1BETA1: dra_v1beta1, DRA_V1ALPHA4: dra_v1be
 INJECTED_REJECTION = "registration of DRA driver {driver} rejected by fakelet fault injection"
 
 
+class KubeletWouldNotStart(AssertionError):
+    """The kubelet cannot start from what it finds on disk: a failure of whoever wrote it, not of fakelet."""
+
+
 class DRAError(RuntimeError):
     """A failed PrepareResources/UnprepareResources; the message is upstream's."""
 
@@ -239,7 +243,11 @@ class DRAManager:
             return self
         self._started = True
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        restored = dracheckpoint.read(self.checkpoint_path)
+        try:
+            restored = dracheckpoint.read(self.checkpoint_path)
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as err:
+            self._started = False
+            raise self._unreadable(err) from None
         with self._cache_lock:
             for state in restored:
                 self._claims[f"{state.namespace}/{state.name}"] = _ClaimInfo(state)
@@ -252,6 +260,20 @@ class DRAManager:
             # NewDRAPluginManager: no driver has registered yet, so wipe every driver's slices.
             threading.Thread(target=self._wipe, args=("", "startup"), daemon=True, name="dra-wipe").start()
         return self
+
+    def _unreadable(self, err: BaseException) -> KubeletWouldNotStart:
+        # Unlike the device manager, upstream does not go on without it: cm/dra manager.go NewManager
+        # -> newClaimInfoCache -> checkpointer GetOrCreate fails ("failed to create claimInfo cache"),
+        # so the container manager, and with it the kubelet, never starts.
+        why = f"{type(err).__name__}: {err}"[:300]
+        self.timeline.record("kubelet.checkpoint_unreadable", "kubelet", instance=self.instance,
+                             checkpoint=dracheckpoint.CHECKPOINT_NAME, error=why,
+                             finding=f"the kubelet's DRA checkpoint {dracheckpoint.CHECKPOINT_NAME} was unreadable "
+                                     "at its start; a real kubelet refuses to start with it")
+        return KubeletWouldNotStart(
+            f"expected the kubelet to start; saw its DRA checkpoint {self.checkpoint_path.name} unreadable ({why}): "
+            "a real kubelet fails to start (NewManager: failed to create claimInfo cache). Nothing but the kubelet "
+            "writes that file, so the plugin (or something it started) did")
 
     def stop(self) -> None:
         """Close every connection and cancel pending wipes (DRAPluginManager.Stop); the checkpoint stays."""

@@ -9,7 +9,14 @@ from typing import Any
 
 import grpc
 
-from harness.grpcutil import CHANNEL_OPTIONS, status_of, unix_target
+from harness.grpcutil import (
+    CHANNEL_OPTIONS,
+    FAKELET_MAX_RECV_BYTES,
+    KUBELET_MAX_RECV_BYTES,
+    over_kubelet_limit,
+    status_of,
+    unix_target,
+)
 from harness.interceptors import RecordingClientInterceptor, to_dict
 from harness.timeline import Timeline
 from harness.wire import dp, dp_grpc
@@ -23,6 +30,24 @@ class DialError(RuntimeError):
 
 class HungCall(RuntimeError):
     """A call the kubelet makes without a deadline did not answer within fakelet's bound."""
+
+
+class OverLimit(RuntimeError):
+    """A message the kubelet's gRPC layer would have refused: above its 4 MiB receive limit."""
+
+
+def over_limit_error(what: str, size: int) -> str:
+    return (f"RESOURCE_EXHAUSTED: {what} of {size} bytes is above the kubelet's {KUBELET_MAX_RECV_BYTES} byte "
+            "gRPC receive limit (grpc-go's default, which the kubelet keeps); a real kubelet fails the call here")
+
+
+def record_over_limit(timeline: Timeline, what: str, size: int, **data: Any) -> str:
+    """The event, with the finding the report carries, for a message the kubelet could not receive."""
+    error = over_limit_error(what, size)
+    timeline.record("kubelet.over_limit", "kubelet", what=what, bytes=size, error=error,
+                    finding=f"the plugin sent a {what} of {size} bytes; the kubelet receives at most "
+                            f"{KUBELET_MAX_RECV_BYTES} (4 MiB) per gRPC message", **data)
+    return error
 
 
 # How grpc-python words a deadline that expired on the client side.
@@ -70,12 +95,33 @@ class Endpoint:
             raise DialError("failed to dial device plugin: context deadline exceeded") from None
 
     def fetch_options(self) -> dp.DevicePluginOptions:
+        # manager.go PluginConnected calls it with context.Background(), inside Register: a plugin
+        # that never answers hangs its own registration for good. fakelet bounds it.
         try:
-            self.options = self.stub.GetDevicePluginOptions(dp.Empty())
+            options = self.stub.GetDevicePluginOptions(dp.Empty(), timeout=self.hang_bound_s)
         except grpc.RpcError as err:
             self.close()
+            if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+                raise DialError(f"failed to get device plugin options: {self._hung('GetDevicePluginOptions')}; "
+                                "the kubelet's Register would never return") from None
             raise DialError(f"failed to get device plugin options: {go_status(err)}") from None
+        size = over_kubelet_limit(options)
+        if size is not None:
+            self.close()
+            raise DialError("failed to get device plugin options: "
+                            + record_over_limit(self.timeline, "DevicePluginOptions answer", size,
+                                                endpoint_id=self.id, resource=self.resource))
+        self.options = options
         return self.options
+
+    def _hung(self, method: str) -> str:
+        """The error for a call the kubelet makes without a deadline; the report gets a finding too."""
+        self.timeline.record("kubelet.hung_call", "kubelet", method=method, endpoint_id=self.id,
+                             resource=self.resource, bound_s=self.hang_bound_s,
+                             finding=f"the plugin never answered {method}; the kubelet calls it without a deadline, "
+                                     "so a real kubelet would have waited forever (fakelet gave up after its bound)")
+        return (f"no answer within fakelet's {self.hang_bound_s:g}s bound; the kubelet sets no deadline on this "
+                "call, so a real kubelet would wait forever")
 
     def run(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],
             on_end: Callable[[Endpoint, str], None]) -> None:
@@ -89,12 +135,25 @@ class Endpoint:
         try:
             self._stream = self.stub.ListAndWatch(dp.Empty())
             for response in self._stream:
+                size = over_kubelet_limit(response)
+                if size is not None:
+                    # The kubelet's stream fails on this message: the endpoint stops, as on any stream end.
+                    reason = record_over_limit(self.timeline, "ListAndWatch message", size,
+                                               endpoint_id=self.id, resource=self.resource)
+                    self._stream.cancel()
+                    break
                 self.timeline.record("grpc.stream_msg", "kubelet", side="client", method="ListAndWatch",
                                      endpoint_id=self.id, resource=self.resource,
                                      message=to_dict(response))
                 on_update(self, response)
         except grpc.RpcError as err:
             reason = "stopped by kubelet" if self._stopping.is_set() else status_of(err)
+            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
+                # Past even fakelet's own receive limit: grpc says how large in its details.
+                self.timeline.record("kubelet.over_limit", "kubelet", what="ListAndWatch message", error=reason,
+                                     endpoint_id=self.id, resource=self.resource,
+                                     finding=f"the plugin sent a ListAndWatch message above fakelet's own "
+                                             f"{FAKELET_MAX_RECV_BYTES} byte limit ({reason})")
         if self._stopping.is_set():
             reason = "stopped by kubelet"
         on_end(self, reason)
@@ -117,13 +176,17 @@ class Endpoint:
 
     def _unbounded(self, call: Callable, request: object) -> Any:
         try:
-            return call(request, timeout=self.hang_bound_s)
+            response = call(request, timeout=self.hang_bound_s)
         except grpc.RpcError as err:
             if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
-                raise HungCall(f"no answer within fakelet's {self.hang_bound_s:g}s bound; the kubelet sets no "
-                               "deadline on this call, so a real kubelet would wait forever (the pod hangs in "
-                               "admission)") from None
+                method = type(request).__name__.removesuffix("Request")
+                raise HungCall(f"{self._hung(method)} (the pod hangs in admission)") from None
             raise
+        size = over_kubelet_limit(response)
+        if size is not None:
+            raise OverLimit(record_over_limit(self.timeline, f"{type(response).__name__}", size,
+                                              endpoint_id=self.id, resource=self.resource))
+        return response
 
     @property
     def stopped_by_kubelet(self) -> bool:

@@ -9,11 +9,9 @@ DP_DEFECTS: dict[str, str] = {
     "register-before-serve": "calls Register before its DevicePlugin server listens",
     "wrong-version": "registers with API version v1alpha instead of v1beta1",
     "bad-resource-name": "registers a resource name without a domain",
-    "endpoint-traversal": "registers an endpoint that climbs out of the directory with '..'",
     "options-mismatch": "registers options that differ from what GetDevicePluginOptions serves",
     "no-wait-for-kubelet": "exits at start-up when kubelet.sock is not there yet",
     "give-up-on-reject": "stops trying after the kubelet rejects Register once",
-    "register-storm": "calls Register again and again while the kubelet is up",
     "missing-device": "leaves the last inventory device out of ListAndWatch",
     "duplicate-ids": "lists the first device twice",
     "wrong-numa": "reports every device on NUMA node 0",
@@ -22,7 +20,6 @@ DP_DEFECTS: dict[str, str] = {
     "allocate-unknown-ok": "answers Allocate for unknown device IDs with success",
     "bad-allocate-response": "returns a relative mount path and permissions 'rwx'",
     "preferred-wrong-size": "GetPreferredAllocation returns every available device",
-    "prestart-hang": "never answers PreStartContainer",
     "racy-allocate": "builds Allocate responses in shared state, mixing up concurrent calls",
     "no-reregister": "never registers again after kubelet.sock is recreated",
     "bounded-retry": "stops watching for the kubelet after a short outage",
@@ -33,11 +30,50 @@ DP_DEFECTS: dict[str, str] = {
     "partial-list": "sends only the devices that changed, not the full list",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
     "slow-health": "reports health changes 40 s late (past the kubelet's 30 s reaction bound)",
-    "ignore-sigterm": "ignores SIGTERM",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
+}
+
+# Hostile behaviours: a plugin that attacks the kubelet (and so fakelet) rather than merely
+# getting the API wrong: hangs, floods, oversized or malformed messages, path tricks, processes
+# and mounts of its own, self-kill, a corrupted kubelet checkpoint. Each has its verdict, and a
+# bound on the run's wall time, in fixtures/subjects/reference-dp.yaml; tests/test_kill_matrix.py
+# runs them as the hostile corpus.
+DP_HOSTILE: dict[str, str] = {
+    # hangs in each RPC the kubelet makes
     "silent-endpoint": "registers an endpoint that accepts connections but speaks no gRPC",
+    "garbage-endpoint": "registers an endpoint that answers every connection with random bytes",
+    "options-hang": "never answers GetDevicePluginOptions (the kubelet calls it without a deadline)",
+    "listandwatch-silent": "opens the ListAndWatch stream and never sends a message",
     "allocate-hang": "never answers Allocate",
+    "prestart-hang": "never answers PreStartContainer",
     "preferred-hang": "never answers GetPreferredAllocation",
+    # huge and malformed messages
+    "huge-list": "lists 100,000 devices the hardware does not have (legal size, under 4 MiB)",
+    "oversized-list": "sends a ListAndWatch message above the kubelet's 4 MiB gRPC limit",
+    "giant-message": "sends a 70 MB ListAndWatch message (past any sane receive limit)",
+    "huge-register": "sends a Register request above the kubelet's 4 MiB gRPC limit",
+    "huge-allocate-response": "answers Allocate with a 5 MiB environment value (above 4 MiB)",
+    "bad-health-string": "reports health as 'healthy' (the kubelet only knows 'Healthy')",
+    "empty-device-id": "lists a device whose ID is the empty string",
+    "negative-numa": "reports NUMA node -1 for every device",
+    "bad-cdi-name": "answers Allocate with a CDI device name that is not vendor.com/class=name",
+    # path tricks
+    "endpoint-traversal": "registers an endpoint that climbs out of the directory with '..'",
+    "absolute-endpoint": "registers its socket's absolute path as the endpoint (the kubelet joins it to its dir)",
+    "endpoint-is-kubelet": "registers kubelet.sock, the kubelet's own socket, as its endpoint",
+    # floods
+    "register-storm": "calls Register again and again while the kubelet is up",
+    "register-flood": "opens 100 concurrent Register calls at start",
+    "list-flood": "re-sends its identical device list without pause (about a thousand a second)",
+    "log-flood": "writes 200 MB to its stderr at start",
+    # processes, mounts, self-harm and the kubelet's own state
+    "setsid-children": "starts 100 children in sessions of their own that sleep forever",
+    "own-mounts": "mounts 18 tmpfs file systems in its mount namespace and never unmounts them",
+    "ignore-sigterm": "ignores SIGTERM",
+    "kill-parent": "SIGKILLs its parent process once registered",
+    "self-kill": "SIGKILLs itself when the kubelet opens ListAndWatch, before any list",
+    "crash-in-allocate": "exits in the middle of an Allocate call",
+    "corrupt-checkpoint": "overwrites the kubelet's device-manager checkpoint with garbage while the kubelet is down",
 }
 
 # Legal quirks of real plugins. A benign behaviour is run like a defect (`--defect NAME`)

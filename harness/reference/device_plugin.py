@@ -32,7 +32,8 @@ from inotify_simple import INotify
 from inotify_simple import flags as IN
 
 from harness.grpcutil import insecure_unix_channel, unix_target
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS
+from harness.reference import hostile
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
@@ -57,6 +58,8 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         self._scratch: list[dp.ContainerAllocateResponse] = []  # racy-allocate's shared state
 
     def GetDevicePluginOptions(self, request: dp.Empty, context: grpc.ServicerContext) -> dp.DevicePluginOptions:  # noqa: N802
+        if self.p.has("options-hang"):
+            self.p.stopping.wait()
         return self.p.options
 
     def ListAndWatch(self, request: dp.Empty, context: grpc.ServicerContext) -> Iterator[dp.ListAndWatchResponse]:  # noqa: N802
@@ -69,6 +72,12 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         sent: dict[str, str] = {}  # partial-list mutant: what this stream last said per device
         close_at: float | None = None  # close-stream mutant
         responses = 0
+        if self.p.has("self-kill"):
+            log.error("killing myself")
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.p.has("listandwatch-silent"):
+            hostile.wait_until_ended(context, self.p.stopping)
+            return
         if self.p.has("empty-first-list"):
             yield dp.ListAndWatchResponse(devices=[])
         while context.is_active() and not self.p.stopping.is_set():
@@ -77,6 +86,10 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                     remaining = None if close_at is None else close_at - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         return
+                    if self.p.has("list-flood"):
+                        cond.wait(hostile.FLOOD_PERIOD_S)
+                        seen = -1  # say the same again
+                        continue
                     if self.p.has("repeat-lists"):
                         if not cond.wait(REPEAT_PERIOD_S if remaining is None else min(remaining, REPEAT_PERIOD_S)):
                             seen = -1  # nothing changed: say the same again
@@ -120,6 +133,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
     def Allocate(self, request: dp.AllocateRequest, context: grpc.ServicerContext) -> dp.AllocateResponse:  # noqa: N802
         if self.p.has("allocate-hang"):
             self.p.stopping.wait()
+        if self.p.has("crash-in-allocate"):
+            log.error("crashing in Allocate")
+            os._exit(3)
         if self.p.allocate_delay_s > 0:
             # --allocate-delay-ms: an injected latency fault (benchmarks), cut short on shutdown.
             self.p.stopping.wait(self.p.allocate_delay_s)
@@ -129,6 +145,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             if unknown and not self.p.has("allocate-unknown-ok"):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device IDs: {unknown}")
         responses = [self._container_response(list(r.devices_ids)) for r in request.container_requests]
+        if self.p.has("huge-allocate-response"):
+            for r in responses:
+                r.envs["FAKELET_PAD"] = "x" * hostile.OVER_KUBELET_LIMIT_BYTES
         if self.p.has("allocate-one-response"):
             responses = responses[:1]
         if self.p.has("scratch-files"):
@@ -147,7 +166,8 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                              host_path=str(self.p.dev_dir), read_only=True)],
             devices=[dp.DeviceSpec(container_path=f"/dev/fakelet/{i}", host_path=self.p.dev_path(i),
                                    permissions="rwx" if bad else "rw") for i in ids],
-            cdi_devices=[dp.CDIDevice(name=f"{self.p.resource}={i}") for i in ids],
+            cdi_devices=[dp.CDIDevice(name=f"{i}" if self.p.has("bad-cdi-name") else f"{self.p.resource}={i}")
+                         for i in ids],
         )
         if not self.p.has("racy-allocate"):
             return resp
@@ -198,7 +218,8 @@ class ReferencePlugin:
         self.terminating = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self.server: grpc.Server | None = None
-        self._silent: socket.socket | None = None  # silent-endpoint mutant
+        self._silent: socket.socket | None = None  # silent-endpoint, garbage-endpoint
+        self._flooded = False  # register-flood
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
@@ -218,7 +239,15 @@ class ReferencePlugin:
                for d in devices]
         if self.has("duplicate-ids") and out:
             out.append(out[0])
-        return out
+        if self.has("empty-device-id") and out:
+            out[-1].ID = ""
+        if self.has("negative-numa"):
+            for d in out:
+                d.topology.nodes[0].ID = -1
+        if self.has("bad-health-string"):
+            for d in out:
+                d.health = d.health.lower()
+        return out + hostile.phantom_devices(self.defect)
 
     def numa_order(self, device_id: str) -> tuple[int, str]:
         numa = {self.wire_id(d["id"]): d.get("numa", 0) for d in self.devices}
@@ -318,12 +347,23 @@ class ReferencePlugin:
             endpoint = f"../{self.plugin_dir.name}/{self.socket_name}"
         elif self.has("silent-endpoint"):
             endpoint = self._silent_socket()
+        elif self.has("garbage-endpoint"):
+            endpoint = self._garbage_socket()
+        elif self.has("absolute-endpoint"):
+            endpoint = str(self.socket_path)
+        elif self.has("endpoint-is-kubelet"):
+            endpoint = self.kubelet_socket.name
         request = dp.RegisterRequest(
             version="v1alpha" if self.has("wrong-version") else API_VERSION,
             endpoint=endpoint,
             resource_name=self.resource.split("/")[-1] if self.has("bad-resource-name") else self.resource,
             options=options,
         )
+        if self.has("huge-register"):
+            request.resource_name += "-" * hostile.OVER_KUBELET_LIMIT_BYTES
+        if self.has("register-flood") and not self._flooded:
+            self._flooded = True
+            hostile.register_flood(str(self.kubelet_socket), request)
         channel = insecure_unix_channel(str(self.kubelet_socket))
         try:
             dp_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
@@ -333,7 +373,21 @@ class ReferencePlugin:
         finally:
             channel.close()
         log.info("registered %s at %s", self.resource, self.kubelet_socket)
+        self._after_register()
         return True
+
+    def _after_register(self) -> None:
+        """The hostile behaviours that strike once the kubelet has accepted the plugin."""
+        if self.has("kill-parent"):
+            log.error("killing my parent %d", os.getppid())
+            hostile.kill(os.getppid())
+
+    def _garbage_socket(self) -> str:
+        """garbage-endpoint: a socket that answers every connection with random bytes."""
+        name = "garbage-" + self.socket_name
+        if self._silent is None:
+            self._silent = hostile.garbage_server(self.plugin_dir / name)
+        return name
 
     def _silent_socket(self) -> str:
         """silent-endpoint: a socket the kernel accepts connections on, and nobody ever answers."""
@@ -400,6 +454,9 @@ class ReferencePlugin:
                 log.info("socket %s deleted; serving again", self.socket_path)
                 self.serve()
         elif event.name == self.kubelet_socket.name and event.mask & (IN.DELETE | IN.MOVED_FROM):
+            if self.has("corrupt-checkpoint"):
+                # While the kubelet is down: the next one starts from the garbage.
+                hostile.corrupt(self.plugin_dir / hostile.DP_CHECKPOINT_NAME)
             loop.kubelet_gone()
         elif event.name == self.kubelet_socket.name and event.mask & (IN.CREATE | IN.MOVED_TO):
             loop.kubelet_appeared()
@@ -503,7 +560,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
-    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_BENIGN),
+    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_HOSTILE | DP_BENIGN),
                         help="run as a mutant with this bug, or with this benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
                         help="answer every Allocate N ms late (an injected latency fault; default 0)")
@@ -526,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.defect == "daemonize":
         daemonize()
+    hostile.at_start(args.defect)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s reference-dp %(levelname)s %(message)s")
     try:
