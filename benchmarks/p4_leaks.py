@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,15 +75,50 @@ def _ours() -> set[int]:
     return pids
 
 
-def snapshot(tmp: Path) -> dict[str, set[str]]:
-    """What exists now that runs under `tmp` could have made."""
-    marker, skip = str(tmp), _ours()
-    procs = set()
+def _marked(marker: str, skip: set[int]) -> dict[str, str]:
+    """Processes of runs under the marker dir: pid -> command line."""
+    found = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) not in skip:
             cmd = _cmdline(pid)
             if cmd and (marker in cmd or marker in _environ(pid)):
-                procs.add(f"{pid} {cmd[:160]}")
+                found[pid] = cmd
+    return found
+
+
+def _start_ticks(pid: str) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+class Owners(threading.Thread):
+    """Samples the processes of our runs, as cgroup owner tags (`<pid>-<start ticks>`, harness/cgroups.py).
+
+    Cgroups are machine-wide and hold no file of ours: one is ours when a process of our runs made it.
+    """
+
+    PERIOD_S = 0.05  # the owners (a check run's pytest workers) live for seconds
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(daemon=True, name="p4-owners")
+        self.marker, self.tags, self.done = str(tmp), set(), threading.Event()
+
+    def run(self) -> None:
+        skip = _ours()
+        while not self.done.wait(self.PERIOD_S):
+            for pid in _marked(self.marker, skip):
+                ticks = _start_ticks(pid)
+                if ticks is not None:
+                    self.tags.add(f"{pid}-{ticks}")
+
+
+def snapshot(tmp: Path, owners: set[str] | None = None) -> dict[str, set[str]]:
+    """What exists now that runs under `tmp` could have made (cgroups: those `owners` made)."""
+    marker = str(tmp)
+    procs = {f"{pid} {cmd[:160]}" for pid, cmd in _marked(marker, _ours()).items()}
     sockets = set()
     try:
         for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
@@ -95,22 +131,34 @@ def snapshot(tmp: Path) -> dict[str, set[str]]:
     mounts = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
               if marker in line.split()[4]}
     temp = {p.name for p in tmp.iterdir() if p.name != "outs"} if tmp.exists() else set()
-    cgroups = {str(p) for p in Path("/sys/fs/cgroup").glob("*/fakelet/*")} | \
-        {str(p) for p in Path("/sys/fs/cgroup").glob("fakelet/*")}
+    cgroups = {str(p) for p in _cgroup_run_dirs() if owners is None or p.name in owners}
     return {"processes": procs, "sockets": sockets, "mounts": mounts, "temp dirs": temp, "cgroups": cgroups,
             "containers": _containers()}
 
 
+def _cgroup_run_dirs() -> list[Path]:
+    """fakelet's run dirs in every cgroup hierarchy it uses (a v1 memory one may sit deep down)."""
+    from harness import cgroups  # the layout is fakelet's: <base>/fakelet/<owner tag>
+
+    v2, v1 = cgroups.find_hierarchies()
+    bases = {h.base for h in [*([v2] if v2 else []), *v1.values()]}
+    return [run for base in bases for run in (base / cgroups.ROOT_NAME).glob("*") if run.is_dir()]
+
+
+NO_DOCKER = "not checked: no Docker daemon answers"
+
+
 def _containers() -> set[str]:
+    """fakelet's containers; {NO_DOCKER} when there is no engine to ask (fakelet then makes none)."""
     docker = shutil.which("docker")
     if docker is None:
-        return set()
+        return {NO_DOCKER}
     try:
         proc = subprocess.run([docker, "ps", "-a", "-q", "--filter", "label=fakelet"], capture_output=True,
                               text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return set()
-    return set(proc.stdout.split()) if proc.returncode == 0 else set()
+        return {NO_DOCKER}
+    return set(proc.stdout.split()) if proc.returncode == 0 else {NO_DOCKER}
 
 
 def leftovers(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[str, list[str]]:
@@ -172,8 +220,10 @@ def schedule(runs: int, killed: int, rng: random.Random) -> list[tuple[signal.Si
 def measure(runs: int, killed: int, seed: int, log: bool = True) -> tuple[dict[str, list[str]], list[Outcome]]:
     """Run the plan and the final normal run; the leftovers, and every run's outcome."""
     tmp = Path(tempfile.mkdtemp(prefix="fakelet-p4-"))
+    owners = Owners(tmp)
+    owners.start()
     try:
-        before = snapshot(tmp)
+        before = snapshot(tmp, set())
         outcomes = []
         for n, (sig, delay) in enumerate([*schedule(runs, killed, random.Random(seed)), (None, None)]):
             outcome = one_run(tmp, n, sig, delay)
@@ -183,8 +233,11 @@ def measure(runs: int, killed: int, seed: int, log: bool = True) -> tuple[dict[s
                 print(f"run {n + 1:3d}: {what:20s} exit {outcome.code} {outcome.status or '-':14s} "
                       f"{outcome.took_s:5.1f}s {'; '.join(outcome.problems)}", flush=True)
         shutil.rmtree(tmp / "outs", ignore_errors=True)  # the reports are the runs' output, not leftovers
-        return leftovers(before, snapshot(tmp)), outcomes
+        owners.done.set()
+        owners.join()
+        return leftovers(before, snapshot(tmp, owners.tags)), outcomes
     finally:
+        owners.done.set()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -202,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"runs with problems: {len(bad_runs)}")
     for category, items in left.items():
         print(f"leftover {category}: {len(items)}" + "".join(f"\n  {i}" for i in items[:20]))
+    if NO_DOCKER in _containers():
+        print(f"containers: {NO_DOCKER}")
     return 1 if bad_runs or any(left.values()) else 0
 
 

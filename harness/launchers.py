@@ -309,6 +309,7 @@ class ProcessLauncher:
             for fd in (report_r, log_r):
                 if fd is not None:
                     os.close(fd)
+            self._release_cgroup()
             raise
         finally:
             # Only the subject holds the write ends now: EOF means it is gone.

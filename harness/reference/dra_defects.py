@@ -30,6 +30,11 @@ DRA_DEFECTS: dict[str, str] = {
     "slow-health-refresh": "resends the device list every 40 s, slower than the kubelet's 30 s health timeout",
     "single-stream": "only the first NodeWatchResources call ever gets messages",
     "ignore-temperature": "does not look at device temperature",
+    # hostile: calls the kubelet bounds, and a crash
+    "getinfo-hang": "never answers GetInfo",
+    "unprepare-hang": "never answers a NodeUnprepareResources call that names claims",
+    "health-silent": "opens every NodeWatchResources stream and never sends a message",
+    "dies-mid-prepare": "exits in the middle of a NodePrepareResources call that names claims",
     # ResourceSlices
     "bad-slice": "publishes its pool as two slices that both carry the first device",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",

@@ -159,6 +159,9 @@ def _dra_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) 
             if driver.has("prepare-hang") and request.claims:
                 driver.stopping.wait()
                 context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
+            if driver.has("dies-mid-prepare") and request.claims:
+                log.error("crashing in NodePrepareResources")
+                os._exit(3)
             results = driver.prepare([(c.namespace, c.uid, c.name) for c in request.claims])
             resp = pb.NodePrepareResourcesResponse()
             for uid, result in results.items():
@@ -169,6 +172,9 @@ def _dra_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) 
             return resp
 
         def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+            if driver.has("unprepare-hang") and request.claims:
+                driver.stopping.wait()
+                context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
             errors = driver.unprepare([(c.namespace, c.uid, c.name) for c in request.claims])
             resp = pb.NodeUnprepareResourcesResponse()
             for uid, error in errors.items():
@@ -202,6 +208,9 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:  # noqa: N802
         if self.d.has("one-kubelet-only") and self.d.accepted:
             context.abort(grpc.StatusCode.UNAVAILABLE, "registration already done")
+        if self.d.has("getinfo-hang"):
+            self.d.stopping.wait()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "shutting down")
         if self.d.has("getinfo-slow"):
             self.d.stopping.wait(GETINFO_SLOW_S)
         endpoint = self.d.plugin_dir / WRONG_ENDPOINT if self.d.has("wrong-endpoint") else self.d.dra_socket
@@ -364,7 +373,7 @@ class ReferenceDriver:
         """The full device list at once, on every change, and every refresh period."""
         cond = self.changed
         context.add_callback(lambda: _notify(cond))
-        if next(self.streams) > 0 and self.has("single-stream"):
+        if self.has("health-silent") or (next(self.streams) > 0 and self.has("single-stream")):
             # The bug: updates go to the channel the first stream consumed.
             with cond:
                 while context.is_active() and not self.stopping.is_set():
