@@ -23,12 +23,14 @@ from harness.checks import unavailable, with_install
 from harness.controlplane import ApiError, ControlPlane
 from harness.controlplane.allocator import AllocationError, Allocator
 from harness.controlplane.client import RESOURCE_API, KubeClient
+from harness.controlplane.scheduler import PodClaim, Scheduler, pod_body
+from harness.controlplane.taints import TaintRules, describe_taint
 from harness.draprobe import DRAProbe
 from harness.env import DPEnv, SubjectUnavailable
 from harness.kubelet.dramanager import DRAError
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
-from harness.node import FakeNode
+from harness.node import FakeNode, NodeApi
 from harness.profiles import Profile
 from harness.subjects import SubjectSpec
 from harness.timeline import Event
@@ -40,6 +42,11 @@ REFERENCE_HEALTH_REFRESH_S = 1.0  # {health_refresh_s} for subjects that take it
 SLICE_WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
 DRA_KINDS = ("dra.registered", "dra.rejected", "dra.deregistered", "pluginwatcher.getinfo",
              "pluginwatcher.rejected", "process.exit", "kubelet.start", "kubelet.stop")
+
+# What the pod worker and the DRA manager say about a pod, quoted when a wait for it times out.
+POD_KINDS = ("pod.seen", "pod.waiting", "pod.sync_failed", "pod.running", "pod.killing", "pod.unprepare_failed",
+             "pod.deleted", "pod.terminated", "pod.sync_error", "dra.prepare", "dra.unprepare", "api.slices",
+             "process.exit", "device.fail", "device.recover", "device.heat", "device.cool")
 
 
 def install_hint(control_plane_error: str) -> str:
@@ -83,6 +90,8 @@ class DRAEnv(DPEnv):
         super().__init__(spec, profile, defect, seed, binary, artifacts)
         self.driver = spec.driver or spec.resource
         self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
+        self.scheduler = Scheduler(self.allocator) if self.allocator is not None else None
+        self.taint_rules = TaintRules(self.client) if self.client is not None else None
 
     # -- setup -------------------------------------------------------------
 
@@ -92,9 +101,10 @@ class DRAEnv(DPEnv):
         own = self.sandbox.plugins_dir / (self.spec.driver or self.spec.resource)
         for d in (self.sandbox.registry_dir, self.sandbox.plugins_dir, own, self.sandbox.cdi_dir, self.driver_state):
             d.mkdir(parents=True, exist_ok=True)
+        api = NodeApi(self.client, self.node_name) if self.client is not None else None
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
                         registry_dir=self.sandbox.registry_dir, kubelet_version=self.kubelet_version,
-                        translate=self.host_path)
+                        translate=self.host_path, api=api)
 
     @property
     def driver_state(self) -> Path:
@@ -153,6 +163,8 @@ class DRAEnv(DPEnv):
             self._slice_stop.set()
             if self._slice_thread is not None:
                 self._slice_thread.join(SLICE_WATCH_S + 2)
+            if self.taint_rules is not None:
+                self.taint_rules.close()  # cluster-wide: they would taint other checks' devices
             if self.client is not None and self._api_objects:
                 self._delete_api_objects()
 
@@ -225,9 +237,13 @@ class DRAEnv(DPEnv):
                     return
 
     def _record_slices(self, current: dict[str, dict[str, Any]]) -> None:
+        devices = [d for s in current.values() for d in s["spec"].get("devices", [])]
+        # Taints first: a timeout's "saw instead" shows the short fields before the cut slices.
         self.timeline.record("api.slices", "apiserver", node=self.node_name,
-                             slices=[current[k] for k in sorted(current)],
-                             devices=sorted(d["name"] for s in current.values() for d in s["spec"].get("devices", [])))
+                             devices=sorted(d["name"] for d in devices),
+                             taints={d["name"]: [describe_taint(t) for t in d["taints"]]
+                                     for d in devices if d.get("taints")},
+                             slices=[current[k] for k in sorted(current)])
 
     def wait_slices(self, predicate: Any, awaiting: str, since_ns: int = 0, timeout_s: float | None = None) -> Event:
         """The first slice set (an `api.slices` event) for which `predicate(event)` holds."""
@@ -237,7 +253,16 @@ class DRAEnv(DPEnv):
             since_ns, abort=self._exit_abort, relevant=("api.slices", "process.exit", "api.error"))
 
     def new_pod(self, name: str = "pod") -> dict[str, str]:
-        return {"name": f"{name}-{short_id()}", "namespace": self.node_name, "uid": str(uuid.uuid4())}
+        """A pod the check drives by hand through the kubelet's DRA manager.
+
+        With an API server it is a real Pod object, left unscheduled (no node runs it), so that
+        the resource-claim controller keeps the claims reserved for it as it would for a pod
+        the scheduler is still placing."""
+        name = f"{name}-{short_id()}"
+        if self.client is None:
+            return {"name": name, "namespace": self.node_name, "uid": str(uuid.uuid4())}
+        pod = self.client.create(f"/api/v1/namespaces/{self.node_name}/pods", pod_body(self.node_name, name, {}))
+        return {"name": name, "namespace": self.node_name, "uid": pod["metadata"]["uid"]}
 
     def allocated_claim(self, pod: dict[str, str], count: int = 1, name: str = "claim") -> dict[str, Any]:
         """A claim for `count` of the driver's devices, allocated on this node and reserved for `pod`."""
@@ -256,6 +281,50 @@ class DRAEnv(DPEnv):
         return self.wait_slices(lambda e: len(e.get("devices")) >= count,
                                 f"ResourceSlices of {self.driver} for node {self.node_name} with {count}+ devices",
                                 since_ns)
+
+    # -- real pods ---------------------------------------------------------------
+
+    def need_controllers(self) -> None:
+        """Skip unless a controller manager evicts (the local one, or a cluster's own)."""
+        self.need_api()
+        assert self.control_plane is not None
+        if self.control_plane.controllers_error:
+            unavailable(f"needs kube-controller-manager's device-taint eviction controller: "
+                        f"{self.control_plane.controllers_error}")
+
+    def run_pod(self, claims: list[PodClaim], name: str = "pod") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """A real Pod with claims of its own, scheduled onto this node and running (its claims prepared).
+
+        Returns the pod as created and its allocated claims."""
+        self.need_api()
+        assert self.allocator is not None and self.scheduler is not None
+        self.allocator.ensure_device_class(self.device_class, self.driver)
+        pod, made = self.scheduler.create_pod(self.node_name, f"{name}-{short_id()}", self.device_class, claims)
+        since = self.now()
+        try:
+            allocated = self.scheduler.schedule(pod, made, self.node_name, self.driver)
+        except AllocationError as err:
+            raise AssertionError(f"expected the driver's ResourceSlices to offer devices for pod "
+                                 f"{pod['metadata']['name']}'s claims on node {self.node_name}; the scheduler "
+                                 f"saw: {err}") from None
+        self.wait_pod("pod.running", pod, since, f"pod {pod['metadata']['name']} running (its claims prepared)",
+                      self.profile.reaction_s + self.profile.dra_call_timeout_s)
+        return pod, allocated
+
+    def wait_pod(self, kind: str, pod: dict[str, Any], since_ns: int, awaiting: str,
+                 timeout_s: float | None = None) -> Event:
+        """The pod worker's `kind` event (pod.running, pod.killing, pod.deleted, ...) for this pod."""
+        uid = pod["metadata"]["uid"]
+        return self.timeline.wait_for(
+            lambda e: e.kind == kind and e.get("pod_uid") == uid, timeout_s or self.profile.reaction_s, awaiting,
+            since_ns, abort=self._exit_abort,
+            relevant=POD_KINDS)
+
+    def delete_pod(self, pod: dict[str, Any]) -> None:
+        """A graceful delete, as kubectl does: the kubelet finishes it."""
+        assert self.client is not None
+        meta = pod["metadata"]
+        self.client.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
 
     # -- registration ----------------------------------------------------------
 

@@ -12,8 +12,9 @@ services of `kubelet_version`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from harness.kubelet.devicemanager import (
     AdmissionError,
@@ -21,14 +22,30 @@ from harness.kubelet.devicemanager import (
     DeviceManager,
 )
 from harness.kubelet.dramanager import DRAManager, KubeletWouldNotStart, PreparedClaim, PrepareError, UnprepareError
+from harness.kubelet.nodestatus import NodeStatus
 from harness.kubelet.pluginwatcher import DEVICE_PLUGIN, DRA_PLUGIN, DevicePluginHandler, PluginWatcher
+from harness.kubelet.podresources import PodResourcesServer
+from harness.kubelet.podresources import socket_path as podresources_socket
+from harness.kubelet.podresources_view import NodeResourcesView
+from harness.kubelet.podworker import PodWorker
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
 from harness.profiles import Profile
 from harness.timeline import Timeline
 
-__all__ = ["AdmissionError", "ContainerAllocation", "FakeNode", "Node", "PrepareError", "PreparedClaim",
+if TYPE_CHECKING:
+    from harness.controlplane.client import KubeClient
+
+__all__ = ["AdmissionError", "ContainerAllocation", "FakeNode", "Node", "NodeApi", "PrepareError", "PreparedClaim",
            "UnprepareError"]
+
+
+@dataclass(frozen=True)
+class NodeApi:
+    """Where the fake kubelet is a Node: its API server and its node name."""
+
+    client: KubeClient
+    node_name: str
 
 
 class Node(Protocol):
@@ -49,8 +66,9 @@ class FakeNode:
     def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile, *,
                  registry_dir: Path | None = None, kubelet_version: KubeletVersion | None = None,
                  translate: Callable[[str], str] | None = None, dra_health: bool | None = None,
-                 wipe_slices: Callable[[str], None] | None = None) -> None:
-        """`translate` maps a path a plugin names (its mount namespace's view) to the harness's;
+                 wipe_slices: Callable[[str], None] | None = None, api: NodeApi | None = None) -> None:
+        """`api` makes each kubelet instance a Node in that API server, with a pod worker for its Pods;
+        `translate` maps a path a plugin names (its mount namespace's view) to the harness's;
         `dra_health` forces the ResourceHealthStatus gate (None: the release's default);
         `wipe_slices(driver)` deletes the node's ResourceSlices of a driver ("" = all) when upstream would."""
         self.plugin_dir, self.timeline, self.profile = Path(plugin_dir), timeline, profile
@@ -61,10 +79,18 @@ class FakeNode:
         self.manager: DeviceManager | None = None
         self.dra: DRAManager | None = None
         self.watcher: PluginWatcher | None = None
+        self.api = api
+        self.node_status: NodeStatus | None = None
+        self.pod_worker: PodWorker | None = None
+        self.pod_resources: PodResourcesServer | None = None
 
     @property
     def kubelet_socket(self) -> Path:
         return self.plugin_dir / "kubelet.sock"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return podresources_socket(self.plugin_dir.parent)
 
     @property
     def running(self) -> bool:
@@ -81,6 +107,7 @@ class FakeNode:
             arm(manager)
         self.manager = manager.start()
         if self.registry_dir is None:
+            self._start_api_agents()
             return
         dra = DRAManager(self.state_dir, self.timeline, self.profile, self.kubelet_version, health=self.dra_health,
                          wipe_slices=self.wipe_slices, translate=self.translate)
@@ -99,9 +126,38 @@ class FakeNode:
             arm_watcher(watcher)
         # Last: its first scan registers the plugins already there, into managers that serve.
         self.watcher = watcher.start()
+        self._start_api_agents()
+
+    def _extended_resources(self) -> dict[str, tuple[int, int]]:
+        manager = self.manager
+        if manager is None:
+            return {}
+        out = {}
+        for resource in manager.resources():
+            capacity, allocatable = manager.capacity(resource), manager.allocatable(resource)
+            if capacity is not None:
+                out[resource] = (capacity, allocatable or 0)
+        return out
+
+    def _start_api_agents(self) -> None:
+        # The kubelet's root dir holds device-plugins/ and pod-resources/ side by side.
+        view = NodeResourcesView(lambda: self.manager, lambda: self.dra)
+        self.pod_resources = PodResourcesServer(podresources_socket(self.plugin_dir.parent), view,
+                                                self.timeline).start()
+        if self.api is None:
+            return
+        self.node_status = NodeStatus(self.api.client, self.api.node_name, self.timeline,
+                                      self._extended_resources).start()
+        self.pod_worker = PodWorker(self.api.client, self.api.node_name, self.timeline, self.profile,
+                                    lambda: self.dra).start()
 
     def stop_kubelet(self, remove_socket: bool = False) -> None:
-        # The watcher first, so no registration lands in a manager that is going away.
+        # The pod worker first: no pod sync may start in a kubelet that is going away.
+        for agent in (self.pod_worker, self.node_status, self.pod_resources):
+            if agent is not None:
+                agent.stop()
+        self.pod_worker = self.node_status = self.pod_resources = None
+        # The watcher next, so no registration lands in a manager that is going away.
         watcher, self.watcher = self.watcher, None
         if watcher is not None:
             watcher.stop()

@@ -32,6 +32,7 @@ OURS = {
     "pluginregistration/v1": wire.reg,
     "dra/v1beta1": wire.dra_v1beta1,
     "dra/v1": wire.dra_v1,
+    "podresources/v1": wire.podresources,
 }
 HEALTH_PREFIX = "dra-health/"
 

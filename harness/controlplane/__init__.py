@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.controlplane.allocator import AllocationError, Allocator
 from harness.controlplane.base import RESOURCE_API, ControlPlane, ControlPlaneStartError, ControlPlaneUnavailable
-from harness.controlplane.client import ApiError, ClusterAccess, KubeClient
+from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import KubeconfigControlPlane, KubeconfigError, load_kubeconfig
 from harness.controlplane.local import LocalControlPlane
 
@@ -20,7 +20,6 @@ __all__ = [
     "AllocationError",
     "Allocator",
     "ApiError",
-    "ClusterAccess",
     "ControlPlane",
     "ControlPlaneStartError",
     "ControlPlaneUnavailable",
@@ -30,6 +29,7 @@ __all__ = [
     "LocalControlPlane",
     "load_kubeconfig",
     "open_control_plane",
+    "server_config",
 ]
 
 SPECS = ('"local"', '"kubeconfig:<path>"', '"none"')

@@ -28,6 +28,7 @@ BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 # k8s.io/api resource/v1beta2: DeviceTaintRule (feature gate DRADeviceTaintRules) taints devices cluster-wide
 DEVICE_TAINT_RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 NODE_NAME_FIELD = "metadata.name"  # what the scheduler's nodeSelector matchFields name a node by
+CLAIM_FINALIZER = "resource.kubernetes.io/delete-protection"  # k8s.io/api resource/v1 Finalizer
 CONFLICT_RETRIES = 3  # status writes race other writers of the same claim; re-read and try again
 
 
@@ -75,6 +76,11 @@ class Allocator:
 
     def ensure_namespace(self, name: str) -> None:
         self._ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        # The ServiceAccount admission plugin refuses pods whose service account does not exist; no
+        # service-account controller runs beside a local API server to create "default".
+        self._ensure(f"/api/v1/namespaces/{name}/serviceaccounts", {
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": name},
+            "automountServiceAccountToken": False})
 
     def ensure_node(self, name: str) -> dict:
         # Only the object: there is no kubelet behind it, so it never turns Ready.
@@ -155,8 +161,10 @@ class Allocator:
         taints = []
         for rule in rules:
             spec = rule.get("spec") or {}
-            sel = spec.get("deviceSelector") or {}
-            if sel.get("driver") in (None, driver) and spec.get("taint"):
+            sel = spec.get("deviceSelector")
+            # "Without a selector, no devices are matched" (resource/v1beta2 DeviceTaintSelector); like the
+            # eviction controller's ruleMatchesDevice, only driver, pool and device select.
+            if sel is not None and sel.get("driver") in (None, driver) and spec.get("taint"):
                 taints.append((sel.get("pool"), sel.get("device"), spec["taint"]))
         return taints
 
@@ -166,6 +174,16 @@ class Allocator:
         path = f"{RESOURCE_API}/namespaces/{ns}/resourceclaims/{name}"
         for attempt in range(CONFLICT_RETRIES):
             current = self.client.get(path)
+            if CLAIM_FINALIZER not in _meta(current).get("finalizers", []):
+                # The scheduler protects a claim it allocates (dynamicresources.go bindClaim): the resource
+                # claim controller deallocates it and drops the finalizer once no pod uses it.
+                current["metadata"]["finalizers"] = [*_meta(current).get("finalizers", []), CLAIM_FINALIZER]
+                try:
+                    current = self.client.replace(path, current)
+                except ApiError as err:
+                    if err.status == 409 and attempt < CONFLICT_RETRIES - 1:
+                        continue
+                    raise AllocationError(f"claim {ns}/{name}: adding the finalizer failed: {err}") from err
             status = current.setdefault("status", {})
             reservation = {"resource": "pods", "name": pod["name"], "uid": pod["uid"]}
             reserved = status.setdefault("reservedFor", [])
@@ -219,8 +237,13 @@ class Allocator:
                             continue
                         if want is not None and len(picked) == want:
                             continue
-                        picked.append({"request": request["name"], "driver": driver, "pool": pool,
-                                       "device": device["name"]})
+                        result = {"request": request["name"], "driver": driver, "pool": pool,
+                                  "device": device["name"]}
+                        if tolerations:
+                            # The eviction controller reads tolerations from the result, not the request
+                            # (structured allocator: DeviceRequestAllocationResult.Tolerations).
+                            result["tolerations"] = tolerations
+                        picked.append(result)
                         used.add(key)
             if not picked or (want is not None and len(picked) < want):
                 why = f"; skipped {', '.join(skipped)}" if skipped else ""

@@ -31,6 +31,9 @@ class ControlPlaneStartError(ControlPlaneUnavailable):
 class ControlPlane(Protocol):
     name: str          # "local" or "kubeconfig"
     kubeconfig: Path   # a kubeconfig file a driver can be given
+    # "" when a controller manager runs the device-taint eviction and resource-claim controllers
+    # (the local one started them, or a cluster is trusted to run its own); else why not.
+    controllers_error: str
 
     def start(self) -> ControlPlane: ...
     def stop(self) -> None: ...

@@ -1,27 +1,33 @@
-"""A thin JSON REST client for the Kubernetes API: stdlib http.client + ssl only.
+"""The harness's Kubernetes client: a path-based JSON facade over lightkube.
 
-The harness needs a handful of verbs on a handful of resources, and it must
-not depend on the version skew of a generated client. Every call is bounded
-by a socket timeout; every non-2xx answer becomes an ApiError carrying the
-HTTP status and the Status object's reason and message.
+lightkube resolves what a kubeconfig says (server, TLS, token, client
+certificate, exec credential plugin) and builds the httpx client that carries
+it; KubeClient sends its requests through that client, so the harness keeps
+writing API paths and plain dicts, which is what the checks compare against
+the API's documents. New code that wants typed resources (resource.k8s.io
+ResourceSlice, ResourceClaim, DeviceClass, DeviceTaintRule) takes `typed`, a
+lightkube Client on the same configuration. Every call is bounded by a
+timeout; every non-2xx answer becomes an ApiError carrying the HTTP status
+and the Status object's reason and message.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
-import os
-import shutil
 import ssl
-import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
+
+import httpx2 as httpx
+import lightkube
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.config.models import Cluster, User
 
 # Re-exported: callers reach for the API path where they get the client.
 from harness.controlplane.base import RESOURCE_API as RESOURCE_API
@@ -29,22 +35,8 @@ from harness.controlplane.base import RESOURCE_API as RESOURCE_API
 DEFAULT_TIMEOUT_S = 10.0  # one request/response; generous for a loaded CI machine, short enough to fail a check
 LIST_PAGE_SIZE = 500  # kubectl's default --chunk-size (k8s.io/kubectl cmd/get/get.go)
 MERGE_PATCH = "application/merge-patch+json"
-_STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                     http.client.CannotSendRequest, http.client.ResponseNotReady)
-
-
-@dataclass(frozen=True)
-class ClusterAccess:
-    """How to reach and authenticate to one API server (what a kubeconfig context resolves to)."""
-
-    server: str                          # https://host:port[/prefix]
-    ca_pem: bytes | None = None          # trust these roots instead of the system's
-    insecure: bool = False               # insecure-skip-tls-verify
-    tls_server_name: str | None = None   # verify the certificate for this name instead of the URL's host
-    token: str | None = None
-    cert_pem: bytes | None = None        # client certificate (chain) ...
-    key_pem: bytes | None = None         # ... and its key
-    source: str = ""                     # where this came from, for error messages
+NO_CREDENTIALS = "NoCredentials"  # ApiError.reason when the user's credentials could not be had (exec plugin failed)
+MESSAGE_MAX = 300  # characters of a plugin's or server's text kept in an ApiError: it must stay one readable line
 
 
 class ApiError(RuntimeError):
@@ -58,162 +50,190 @@ class ApiError(RuntimeError):
         super().__init__(f"{what}{code}{reason}: {message}")
 
 
-def _ssl_context(access: ClusterAccess) -> ssl.SSLContext:
-    if access.insecure:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    elif access.ca_pem is not None:
-        ctx = ssl.create_default_context(cadata=access.ca_pem.decode("ascii", errors="replace"))
-    else:
-        ctx = ssl.create_default_context()
-    if access.cert_pem is not None and access.key_pem is not None:
-        # ssl only loads client credentials from files: write them to a private
-        # directory for the duration of the call and remove them at once.
-        tmp = tempfile.mkdtemp(prefix="fakelet-kc-")
+class _CredentialsFailed(Exception):
+    """Raised inside the auth flow; KubeClient turns it into an ApiError naming the request."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:MESSAGE_MAX]
+
+
+class _ReportingAuth(httpx.Auth):
+    """lightkube's auth, with the failures of its exec plugin or token file turned into one clear error.
+
+    lightkube runs the plugin inside the request and lets what goes wrong escape
+    as it comes: a ConfigError for a non-zero exit, an OSError when the command
+    cannot start, a ValueError or KeyError when its output is not an
+    ExecCredential with a token. Only the auth flow's own code runs inside this
+    wrapper (httpx sends the requests outside it), so nothing else is caught.
+    """
+
+    def __init__(self, inner: httpx.Auth, what: str) -> None:
+        self._inner, self._what = inner, what
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         try:
-            cert, key = Path(tmp, "client.crt"), Path(tmp, "client.key")
-            for path, data in ((cert, access.cert_pem), (key, access.key_pem)):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            ctx.load_cert_chain(cert, key)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return ctx
+            yield from self._inner.sync_auth_flow(request)
+        except lightkube.ConfigError as err:
+            raise _CredentialsFailed(f"{self._what}: {_one_line(str(err))}") from err
+        except OSError as err:
+            raise _CredentialsFailed(f"{self._what}: cannot run it: {err}") from err
+        except ValueError as err:
+            raise _CredentialsFailed(f"{self._what}: its output is not JSON ({err})") from err
+        except (KeyError, TypeError) as err:
+            raise _CredentialsFailed(f"{self._what}: its output has no status.token (lightkube takes only a token "
+                                     "from an exec plugin, not a client certificate)") from err
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    """HTTPSConnection that can verify the certificate against a name other than the host (tls-server-name)."""
+def _httpx_client(config: SingleConfig, timeout_s: float) -> httpx.Client:
+    """The httpx client lightkube builds for `config`: its TLS context and its auth (token, exec plugin).
 
-    def __init__(self, host: str, port: int | None, context: ssl.SSLContext, timeout: float,
-                 server_name: str | None) -> None:
-        super().__init__(host, port, context=context, timeout=timeout)
-        self._server_name = server_name
-        self._ctx = context
+    lightkube.Client keeps its httpx client private; client_adapter.Client is the
+    function it builds that client with, and the only way to get one that is not
+    a private attribute. trust_env=False: no proxy or CA settings from the
+    environment, so the local control plane on 127.0.0.1 is reached directly.
+    """
+    params = client_adapter.ConnectionParams(timeout=httpx.Timeout(timeout_s), trust_env=False)
+    client = client_adapter.Client(config, params)
+    user = config.user
+    if isinstance(client.auth, client_adapter.ExecAuth) and user is not None and user.exec is not None:
+        client.auth = _ReportingAuth(client.auth, f"exec plugin {user.exec.command}")
+    elif isinstance(client.auth, client_adapter.BearerTokenFileAuth) and user is not None:
+        client.auth = _ReportingAuth(client.auth, f"tokenFile {user.token_file}")
+    client.headers.update({"Accept": "application/json", "User-Agent": "fakelet"})
+    return client
 
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._ctx.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
+
+def server_config(server: str, token: str | None = None, insecure: bool = False) -> SingleConfig:
+    """A lightkube configuration for one server without a kubeconfig file (the local backend's /readyz probe)."""
+    return KubeConfig.from_one(cluster=Cluster(server=server, insecure=insecure), user=User(token=token)).get()
+
+
+def _tls_cause(err: BaseException) -> ssl.SSLError | None:
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _status_error(status: int, body: bytes, method: str, path: str) -> ApiError:
+    phrase = httpx.codes.get_reason_phrase(status) or "Error"
     try:
         obj = json.loads(body)
     except ValueError:
         obj = None
     if isinstance(obj, dict) and obj.get("kind") == "Status":
-        return ApiError(status, obj.get("reason") or http.client.responses.get(status, "Error"),
-                        obj.get("message") or "", method, path)
-    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ")[:300]
-    return ApiError(status, http.client.responses.get(status, "Error"), text, method, path)
+        return ApiError(status, obj.get("reason") or phrase, obj.get("message") or "", method, path)
+    return ApiError(status, phrase, _one_line(body.decode("utf-8", errors="replace")), method, path)
 
 
 class KubeClient:
-    """Thread-safe: each thread keeps its own keep-alive connection."""
+    """Thread-safe: threads share one httpx connection pool."""
 
-    def __init__(self, access: ClusterAccess, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        url = urllib.parse.urlsplit(access.server)
+    def __init__(self, config: SingleConfig, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        url = urllib.parse.urlsplit(config.cluster.server)
         if url.scheme not in ("https", "http") or not url.hostname:
-            raise ValueError(f"{access.source or 'server'}: server {access.server!r} is not an http(s) URL")
-        self.access, self.timeout_s = access, timeout_s
-        self._scheme, self._host = url.scheme, url.hostname
-        self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._prefix = url.path.rstrip("/")
-        self._ssl = _ssl_context(access) if url.scheme == "https" else None
-        self._local = threading.local()
+            where = f"kubeconfig {config.fname}" if config.fname else "server"
+            raise ValueError(f"{where}: server {config.cluster.server!r} is not an http(s) URL")
+        if config.user is None:
+            # lightkube's adapter requires a user; a context without one is anonymous.
+            config = config._replace(user=User())
+        self.config, self.timeout_s = config, timeout_s
+        self._lock = threading.Lock()
+        # Built now, so that bad TLS material fails here rather than at the first call.
+        self._http: httpx.Client | None = _httpx_client(config, timeout_s)
+        self._typed: lightkube.Client | None = None
 
     @classmethod
     def from_kubeconfig(cls, path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
-        # Imported here: kubeconfig.py builds on this module (ClusterAccess, KubeClient).
+        # Imported here: kubeconfig.py builds on this module (KubeClient).
         from harness.controlplane.kubeconfig import load_kubeconfig
 
         return cls(load_kubeconfig(Path(path)), timeout_s)
 
     @property
     def server(self) -> str:
-        return self.access.server
+        return self.config.cluster.server
+
+    @property
+    def typed(self) -> lightkube.Client:
+        """lightkube's typed client on the same configuration (closed with this one)."""
+        with self._lock:
+            if self._typed is None:
+                self._typed = lightkube.Client(self.config, timeout=httpx.Timeout(self.timeout_s), trust_env=False,
+                                               field_manager="fakelet")
+            return self._typed
 
     # -- transport ---------------------------------------------------------------------------
 
-    def _connect(self, timeout_s: float) -> http.client.HTTPConnection:
-        if self._ssl is not None:
-            return _HTTPSConnection(self._host, self._port, self._ssl, timeout_s, self.access.tls_server_name)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout_s)
-
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "fakelet"}
-        if self.access.token:
-            headers["Authorization"] = f"Bearer {self.access.token}"
-        if content_type:
-            headers["Content-Type"] = content_type
-        return headers
+    def _client(self) -> httpx.Client:
+        with self._lock:
+            if self._http is None:
+                self._http = _httpx_client(self.config, self.timeout_s)
+            return self._http
 
     def _unreachable(self, err: BaseException, method: str, path: str, timeout_s: float) -> ApiError:
-        if isinstance(err, TimeoutError):
+        tls = _tls_cause(err)
+        if isinstance(err, httpx.TimeoutException):
             why = f"no answer within {timeout_s:g}s"
-        elif isinstance(err, ssl.SSLError):
-            why = f"TLS error: {err}"
+        elif tls is not None:
+            why = f"TLS error: {tls}"
         else:
             why = f"{type(err).__name__}: {err}"
-        return ApiError(0, "Unreachable", f"{self.access.server}: {why}", method, path)
+        return ApiError(0, "Unreachable", f"{self.server}: {why}", method, path)
+
+    def _send(self, request: httpx.Request, method: str, path: str, timeout_s: float,
+              stream: bool = False) -> httpx.Response:
+        try:
+            return self._client().send(request, stream=stream)
+        except _CredentialsFailed as err:
+            raise ApiError(0, NO_CREDENTIALS, str(err), method, path) from err
+        except httpx.TransportError as err:
+            raise self._unreachable(err, method, path, timeout_s) from err
+
+    @staticmethod
+    def _split(path: str, query: dict[str, str] | None) -> tuple[str, dict[str, str] | None]:
+        """A path's own query string merged with `query`: httpx replaces a URL's query by `params`,
+        which would silently drop e.g. a fieldSelector written into the path."""
+        base, _, qs = path.partition("?")
+        if not qs:
+            return path, query
+        return base, {**dict(urllib.parse.parse_qsl(qs, keep_blank_values=True)), **(query or {})}
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: dict[str, str] | None = None, timeout_s: float | None = None, raw: bool = False) -> Any:
         """One call; returns the decoded JSON answer (None for an empty body), or the bytes when `raw`."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        target = self._prefix + path
-        if query:
-            target += ("&" if "?" in target else "?") + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode()
-        headers = self._headers(content_type if data is not None else None)
-        for attempt in (0, 1):
-            conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-            reused = conn is not None
-            if conn is None:
-                conn = self._connect(timeout_s)
-                self._local.conn = conn
-            try:
-                if conn.sock is not None:
-                    conn.sock.settimeout(timeout_s)
-                conn.timeout = timeout_s
-                conn.request(method, target, body=data, headers=headers)
-                resp = conn.getresponse()
-                payload = resp.read()
-            except _STALE_CONNECTION as err:
-                conn.close()
-                self._local.conn = None
-                # The server closes idle keep-alive connections; a request on such a
-                # connection never reached it, so one retry on a fresh one is safe.
-                if reused and attempt == 0:
-                    continue
-                raise self._unreachable(err, method, path, timeout_s) from err
-            except (OSError, http.client.HTTPException) as err:
-                conn.close()
-                self._local.conn = None
-                raise self._unreachable(err, method, path, timeout_s) from err
-            if resp.will_close:
-                conn.close()
-                self._local.conn = None
-            if resp.status >= 300:
-                raise _status_error(resp.status, payload, method, path)
-            if raw:
-                return payload
-            if not payload:
-                return None
-            try:
-                return json.loads(payload)
-            except ValueError as err:
-                raise ApiError(resp.status, "BadResponse", f"answer is not JSON: {payload[:120]!r}",
-                               method, path) from err
-        raise AssertionError("unreachable")  # the loop returns or raises
+        headers = {"Content-Type": content_type} if data is not None else None
+        target, params = self._split(path, query)
+        request = self._client().build_request(method, target, params=params, content=data, headers=headers,
+                                               timeout=httpx.Timeout(timeout_s))
+        resp = self._send(request, method, path, timeout_s)
+        payload = resp.content
+        if resp.status_code >= 300:
+            raise _status_error(resp.status_code, payload, method, path)
+        if raw:
+            return payload
+        if not payload:
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError as err:
+            raise ApiError(resp.status_code, "BadResponse", f"answer is not JSON: {payload[:120]!r}",
+                           method, path) from err
 
     def close(self) -> None:
-        """Close this thread's connection (other threads' close when they are collected)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Close the connections; a later call opens new ones."""
+        with self._lock:
+            http, typed = self._http, self._typed
+            self._http = self._typed = None
+        if http is not None:
+            http.close()
+        if typed is not None:
+            typed.close()
 
     # -- verbs -------------------------------------------------------------------------------
 
@@ -264,36 +284,32 @@ class KubeClient:
         """Decoded watch events ({"type", "object"}) after `resource_version`, until `timeout_s` has passed.
 
         BOOKMARK events are passed on; an ERROR event (e.g. 410 Expired) raises
-        ApiError. The stream has its own connection, closed when the iterator
-        ends or is closed.
+        ApiError. The server ends the stream at timeoutSeconds (timeout_s rounded
+        up); a server that goes silent instead ends it by the read timeout. The
+        stream holds its own connection, released when the iterator ends or is closed.
         """
         deadline = time.monotonic() + timeout_s
         query = {"watch": "1", "allowWatchBookmarks": "true",
                  "timeoutSeconds": str(max(1, math.ceil(timeout_s)))}
         if resource_version:
             query["resourceVersion"] = resource_version
-        target = self._prefix + path + ("&" if "?" in path else "?") + urllib.parse.urlencode(query)
-        conn = self._connect(min(self.timeout_s, timeout_s) or 0.001)
+        connect_s = min(self.timeout_s, timeout_s) or 0.001
+        target, params = self._split(path, query)
+        request = self._client().build_request(
+            "GET", target, params=params, timeout=httpx.Timeout(connect_s, read=max(timeout_s, 0.001)))
+        resp = self._send(request, "WATCH", path, connect_s, stream=True)
         try:
-            try:
-                conn.request("GET", target, headers=self._headers(None))
-                resp = conn.getresponse()
-            except (OSError, http.client.HTTPException) as err:
-                raise self._unreachable(err, "WATCH", path, min(self.timeout_s, timeout_s)) from err
-            if resp.status >= 300:
-                raise _status_error(resp.status, resp.read(), "WATCH", path)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or conn.sock is None:
-                    return
-                conn.sock.settimeout(remaining)
+            if resp.status_code >= 300:
+                raise _status_error(resp.status_code, resp.read(), "WATCH", path)
+            lines = resp.iter_lines()
+            while time.monotonic() < deadline:
                 try:
-                    line = resp.readline()
-                except TimeoutError:
+                    line = next(lines, None)
+                except httpx.ReadTimeout:
                     return
-                except (OSError, http.client.HTTPException) as err:
+                except httpx.TransportError as err:
                     raise self._unreachable(err, "WATCH", path, timeout_s) from err
-                if not line:
+                if line is None:
                     return  # the server ended the stream (its timeoutSeconds)
                 if not line.strip():
                     continue
@@ -304,4 +320,4 @@ class KubeClient:
                                    obj.get("message") or "", "WATCH", path)
                 yield event
         finally:
-            conn.close()
+            resp.close()

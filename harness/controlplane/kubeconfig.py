@@ -1,26 +1,49 @@
-"""Kubeconfig files: read one (current context only), write one, and the `kubeconfig:<path>` backend.
+"""Kubeconfig files: check and load one, write one, and the `kubeconfig:<path>` backend.
 
-Only what a static kubeconfig can say is supported: server, certificate
-authority (file or -data), insecure-skip-tls-verify, tls-server-name, bearer
-token (or tokenFile), client certificate and key (file or -data). exec and
-auth-provider plugins are refused by name, since running them is out of scope.
-Relative file paths are relative to the kubeconfig's directory, as in client-go.
+lightkube loads the kubeconfig (KubeConfig resolves the context to its cluster
+and user; its client adapter turns them into TLS and credentials, exec plugins
+included). This module checks the file first, so that a kubeconfig that cannot
+work is refused before a run starts with a message naming the file and what is
+wrong, rather than failing inside the first request. It also closes the gaps
+where lightkube 1.0.1 differs from kubectl:
+
+- relative tokenFile paths and exec commands with a '/' are relative to the
+  kubeconfig's directory, as in client-go (lightkube: the working directory);
+- exec plugins of client.authentication.k8s.io/v1 run (lightkube runs only
+  v1alpha1 and v1beta1, though it reads a token from both the same way), and
+  every plugin gets KUBERNETES_EXEC_INFO, which v1 plugins may rely on.
+
+Refused by name: auth-provider plugins and tls-server-name (lightkube supports
+neither), a certificate authority together with insecure-skip-tls-verify
+(kubectl refuses it too), and interactiveMode Always (nothing here has a terminal).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
+import shutil
+import ssl
 from pathlib import Path
 from typing import Any
 
+import lightkube
+import msgspec
 import yaml
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.config.models import NameValue, User, UserExec
 
 from harness.controlplane.base import RESOURCE_API, ControlPlaneUnavailable
-from harness.controlplane.client import ApiError, ClusterAccess, KubeClient
+from harness.controlplane.client import NO_CREDENTIALS, ApiError, KubeClient
 
 VERSION_TIMEOUT_S = 5.0  # the kubeconfig backend's reachability probe: an answer from /version within this bound
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+# What lightkube is told: it refuses v1, and it runs a v1 plugin and reads its token exactly as a v1beta1 one.
+LIGHTKUBE_EXEC_API = "client.authentication.k8s.io/v1beta1"
+EXEC_EXTENSION = "client.authentication.k8s.io/exec"  # cluster extension passed to plugins as spec.cluster.config
 
 
 class KubeconfigError(ControlPlaneUnavailable):
@@ -40,6 +63,11 @@ def _named(entries: Any, kind: str, name: str, where: str) -> dict:
     raise KubeconfigError(f"{where}: {kind} {name!r} not found (have: {', '.join(map(str, known)) or 'none'})")
 
 
+def _file(ref: str, base: Path) -> Path:
+    path = Path(os.path.expanduser(ref))
+    return path if path.is_absolute() else base / path
+
+
 def _material(section: dict, key: str, base: Path, where: str) -> bytes | None:
     """`key-data` (base64) or `key` (a file path), as bytes."""
     data = section.get(f"{key}-data")
@@ -50,8 +78,7 @@ def _material(section: dict, key: str, base: Path, where: str) -> bytes | None:
             raise KubeconfigError(f"{where}: {key}-data is not valid base64 ({err})") from err
     ref = section.get(key)
     if ref:
-        path = Path(os.path.expanduser(str(ref)))
-        path = path if path.is_absolute() else base / path
+        path = _file(str(ref), base)
         try:
             return path.read_bytes()
         except OSError as err:
@@ -59,8 +86,53 @@ def _material(section: dict, key: str, base: Path, where: str) -> bytes | None:
     return None
 
 
-def load_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess:
-    """Resolve `context` (default: current-context) of the kubeconfig at `path`."""
+def _exec_command(command: str, base: Path) -> str | None:
+    """The command as it will be run, or None when there is nothing to run."""
+    if "/" not in command:
+        return command if shutil.which(command) else None
+    path = _file(command, base)
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _check_exec(spec: Any, user: str, base: Path, where: str) -> str:
+    """The exec plugin's command as it will be run; a KubeconfigError when the plugin cannot be run here."""
+    what = f"{where}: user {user!r}: exec plugin"
+    if not isinstance(spec, dict):
+        raise KubeconfigError(f"{what} is not a mapping")
+    api = spec.get("apiVersion")
+    if api not in EXEC_API_VERSIONS:
+        found = f"apiVersion {api!r} is not supported" if api else "has no apiVersion"
+        raise KubeconfigError(f"{what} {found} (supported: {', '.join(EXEC_API_VERSIONS)})")
+    command = spec.get("command")
+    if not command or not isinstance(command, str):
+        raise KubeconfigError(f"{what} has no command")
+    if spec.get("interactiveMode") == "Always":
+        raise KubeconfigError(f"{what} needs interactiveMode Always, but fakelet runs it without a terminal")
+    resolved = _exec_command(command, base)
+    if resolved is None:
+        hint = " ".join(str(spec.get("installHint") or "").split())
+        raise KubeconfigError(f"{what} command {command!r} is not an executable found from {base} or on PATH"
+                              + (f" ({hint})" if hint else ""))
+    return resolved
+
+
+def _exec_info(spec: dict, cluster: dict, ca: bytes | None) -> str:
+    """KUBERNETES_EXEC_INFO, which client-go gives every plugin and lightkube gives none."""
+    info: dict[str, Any] = {"apiVersion": spec["apiVersion"], "kind": "ExecCredential",
+                            "spec": {"interactive": False}}
+    if spec.get("provideClusterInfo"):
+        info["spec"]["cluster"] = {"server": cluster.get("server"),
+                                   "insecure-skip-tls-verify": bool(cluster.get("insecure-skip-tls-verify"))}
+        if ca is not None:
+            info["spec"]["cluster"]["certificate-authority-data"] = base64.b64encode(ca).decode()
+        for ext in cluster.get("extensions") or []:
+            if isinstance(ext, dict) and ext.get("name") == EXEC_EXTENSION:
+                info["spec"]["cluster"]["config"] = ext.get("extension")
+    return json.dumps(info)
+
+
+def load_kubeconfig(path: Path, context: str | None = None) -> SingleConfig:
+    """Check the kubeconfig at `path` and load `context` (default: current-context) with lightkube."""
     path = Path(path)
     where = f"kubeconfig {path}"
     try:
@@ -73,42 +145,76 @@ def load_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess:
         raise KubeconfigError(f"{where}: not YAML: {str(err).splitlines()[0]}") from err
     if not isinstance(doc, dict):
         raise KubeconfigError(f"{where}: not a kubeconfig (expected a mapping with clusters, users, contexts)")
-    context = context or doc.get("current-context")
+    context = str(context or doc.get("current-context") or "")
     if not context:
         raise KubeconfigError(f"{where}: no current-context set")
-    ctx = _named(doc.get("contexts"), "context", str(context), where)
+    ctx = _named(doc.get("contexts"), "context", context, where)
     if not ctx.get("cluster"):
         raise KubeconfigError(f"{where}: context {context!r} names no cluster")
-    cluster = _named(doc.get("clusters"), "cluster", str(ctx["cluster"]), where)
-    user: dict = {}
-    if ctx.get("user"):
-        user = _named(doc.get("users"), "user", str(ctx["user"]), where)
-    for plugin in ("exec", "auth-provider"):
-        if user.get(plugin):
-            raise KubeconfigError(f"{where}: user {ctx['user']!r} uses an {plugin} plugin, which fakelet does not "
-                                  "run; give a kubeconfig with a token or a client certificate")
+    cluster_name, user_name = str(ctx["cluster"]), str(ctx.get("user") or "")
+    cluster = _named(doc.get("clusters"), "cluster", cluster_name, where)
+    user = _named(doc.get("users"), "user", user_name, where) if user_name else {}
+    if user.get("auth-provider"):
+        raise KubeconfigError(f"{where}: user {user_name!r} uses an auth-provider plugin, which lightkube (fakelet's "
+                              "Kubernetes client) does not support; use an exec plugin, a token or a client "
+                              "certificate")
     server = str(cluster.get("server") or "")
     if not server.startswith(("https://", "http://")):
-        raise KubeconfigError(f"{where}: cluster {ctx['cluster']!r} has no http(s) server URL (server: {server!r})")
+        raise KubeconfigError(f"{where}: cluster {cluster_name!r} has no http(s) server URL (server: {server!r})")
+    if cluster.get("tls-server-name"):
+        raise KubeconfigError(f"{where}: cluster {cluster_name!r} sets tls-server-name, which lightkube (fakelet's "
+                              "Kubernetes client) cannot verify against; use a server URL whose host the "
+                              "certificate names")
     base = path.resolve().parent
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token_path = Path(os.path.expanduser(str(user["tokenFile"])))
-        token_path = token_path if token_path.is_absolute() else base / token_path
+    ca = _material(cluster, "certificate-authority", base, where)
+    if ca is not None and cluster.get("insecure-skip-tls-verify"):
+        raise KubeconfigError(f"{where}: cluster {cluster_name!r} sets both a certificate authority and "
+                              "insecure-skip-tls-verify; kubectl refuses that too: keep one")
+    token_file = _file(str(user["tokenFile"]), base) if user.get("tokenFile") else None
+    if token_file is not None:  # lightkube prefers it to a token given beside it
         try:
-            token = token_path.read_text().strip()
+            token_file.read_bytes()
         except OSError as err:
-            raise KubeconfigError(f"{where}: tokenFile {token_path}: {err.strerror or err}") from err
+            raise KubeconfigError(f"{where}: tokenFile {token_file}: {err.strerror or err}") from err
     cert = _material(user, "client-certificate", base, where)
     key = _material(user, "client-key", base, where)
     if (cert is None) != (key is None):
-        raise KubeconfigError(f"{where}: user {ctx.get('user')!r} has a client certificate without a key "
+        raise KubeconfigError(f"{where}: user {user_name!r} has a client certificate without a key "
                               "or a key without a certificate")
-    return ClusterAccess(
-        server=server, ca_pem=_material(cluster, "certificate-authority", base, where),
-        insecure=bool(cluster.get("insecure-skip-tls-verify")), tls_server_name=cluster.get("tls-server-name"),
-        token=str(token) if token else None, cert_pem=cert, key_pem=key, source=where,
-    )
+    command = _check_exec(user["exec"], user_name, base, where) if user.get("exec") is not None else None
+
+    # Only the entries this context uses: the rest of the file is not ours to judge.
+    mine = {"current-context": context, "contexts": [{"name": context, "context": ctx}],
+            "clusters": [{"name": cluster_name, "cluster": cluster}],
+            "users": [{"name": user_name, "user": user}] if user_name else []}
+    try:
+        config = KubeConfig.from_dict(mine, fname=path).get(context)
+    except (lightkube.ConfigError, msgspec.ValidationError) as err:
+        raise KubeconfigError(f"{where}: context {context!r}: {err}") from err
+    assert config is not None  # get() returns None only for a missing context with a default
+    loaded = config.user or User()
+    changes: dict[str, Any] = {}
+    for field in ("client_cert", "client_key"):
+        if getattr(loaded, field):
+            changes[field] = str(_file(getattr(loaded, field), base))
+    if token_file is not None:
+        changes["token_file"] = str(token_file)
+    if loaded.exec is not None and command is not None:
+        info = NameValue(name="KUBERNETES_EXEC_INFO", value=_exec_info(user["exec"], cluster, ca))
+        changes["exec"] = UserExec(apiVersion=LIGHTKUBE_EXEC_API, command=command, args=loaded.exec.args,
+                                   env=[*(loaded.exec.env or []), info], installHint=loaded.exec.installHint)
+    authority = config.cluster.certificate_auth
+    config = config._replace(
+        cluster=msgspec.structs.replace(config.cluster, certificate_auth=str(_file(authority, base)))
+        if authority else config.cluster,
+        user=msgspec.structs.replace(loaded, **changes))
+    if server.startswith("https://"):
+        try:  # lightkube reads the CA and client certificate only when a client is built: read them now
+            client_adapter.verify_cluster(config.cluster, config.user, config.abs_file, trust_env=False)
+        except (ssl.SSLError, OSError, ValueError) as err:
+            raise KubeconfigError(f"{where}: context {context!r}: the certificate authority or client "
+                                  f"certificate cannot be used: {err}") from err
+    return config
 
 
 def write_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str, name: str = "fakelet") -> Path:
@@ -130,6 +236,8 @@ class KubeconfigControlPlane:
     """An existing cluster: nothing to start or stop, only to check that it answers and serves DRA."""
 
     name = "kubeconfig"
+    # The cluster's own kube-controller-manager evicts; fakelet cannot see its flags, so trusts it.
+    controllers_error = ""
 
     def __init__(self, path: Path) -> None:
         self.kubeconfig = Path(path)
@@ -143,6 +251,8 @@ class KubeconfigControlPlane:
             self._version = client.request("GET", "/version", timeout_s=VERSION_TIMEOUT_S) or {}
         except ApiError as err:
             client.close()
+            if err.reason == NO_CREDENTIALS:  # the kubeconfig's exec plugin or token file failed
+                raise KubeconfigError(f"{where}: {err.message}") from err
             raise ControlPlaneUnavailable(f"{where}: API server {client.server} /version failed: {err}") from err
         try:
             client.request("GET", RESOURCE_API, timeout_s=VERSION_TIMEOUT_S)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.client
 import os
 import platform
 import re
@@ -32,6 +33,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from harness import gobuild
 from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavailable
-from harness.controlplane.client import ApiError, ClusterAccess, KubeClient
+from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.launchers import _die_with_parent
 from harness.reaper import claim, reap
@@ -57,6 +59,13 @@ ADMIN_USER = "fakelet-admin"
 ADMIN_GROUP = "system:masters"  # k8s.io/apiserver pkg/authentication/user/user.go SystemPrivilegedGroup
 KUBE_MODULE = "tests/go/kubernetes"  # the wrapper module that pins k8s.io/kubernetes
 KUBE_APISERVER_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
+KUBE_CONTROLLER_MANAGER_PACKAGE = "k8s.io/kubernetes/cmd/kube-controller-manager"
+# Only what the DRA checks need, by the names in cmd/kube-controller-manager/names/controller_names.go:
+# device taints evict pods (DeviceTaintEvictionController), and the claim controller drops reservations of
+# deleted pods and deallocates claims nobody uses any more (ResourceClaimController). No other controller
+# runs: fakelet plays the scheduler and the kubelet itself.
+CONTROLLERS = ("device-taint-eviction-controller", "resourceclaim-controller")
+HEALTHZ_TIMEOUT_S = 2.0  # one /healthz call to kube-controller-manager
 ETCD_PACKAGE_HINT = "Debian package etcd-server"
 
 # Feature gates, each checked against kube-apiserver v1.36.3's --help:
@@ -111,13 +120,18 @@ def _kube_module() -> Path:
 
 def find_kube_apiserver() -> tuple[Path, str | None]:
     """The binary, and the k8s.io/kubernetes version it was built from when we built it."""
-    found = _from_path_or_assets("kube-apiserver")
+    return find_kube_binary("kube-apiserver", KUBE_APISERVER_PACKAGE)
+
+
+def find_kube_binary(name: str, package: str) -> tuple[Path, str | None]:
+    """A Kubernetes server binary from PATH or $KUBEBUILDER_ASSETS, else built from the wrapper module."""
+    found = _from_path_or_assets(name)
     if found is not None:
         return found, None
     module = _kube_module()
-    missing = "kube-apiserver not found on PATH or in $KUBEBUILDER_ASSETS"
+    missing = f"{name} not found on PATH or in $KUBEBUILDER_ASSETS"
     try:
-        built = gobuild.build(module, KUBE_APISERVER_PACKAGE, "kube-apiserver")
+        built = gobuild.build(module, package, name)
     except gobuild.GoUnavailable as err:
         raise ControlPlaneUnavailable(f"{missing}, and cannot build it: {err}") from err
     except FileNotFoundError as err:
@@ -213,6 +227,10 @@ class LocalControlPlane:
         self.startup_s = 0.0
         self._etcd: _Server | None = None
         self._apiserver: _Server | None = None
+        self._controller_manager: _Server | None = None
+        # Why the controllers DRA needs do not run here ("" when they do): checks that need
+        # the device-taint eviction controller skip with this reason.
+        self.controllers_error = ""
         self._client: KubeClient | None = None
         self._version: dict = {}
         self._binaries: dict[str, str] = {}
@@ -226,6 +244,12 @@ class LocalControlPlane:
         etcd = find_etcd()
         kube_apiserver, self._module_version = find_kube_apiserver()
         self._binaries = {"etcd": str(etcd), "kube-apiserver": str(kube_apiserver)}
+        try:
+            kcm, _ = find_kube_binary("kube-controller-manager", KUBE_CONTROLLER_MANAGER_PACKAGE)
+            self._binaries["kube-controller-manager"] = str(kcm)
+        except ControlPlaneUnavailable as err:
+            # The API server alone still serves every check but eviction.
+            self.controllers_error = str(err).splitlines()[0]
         started = time.monotonic()
         atexit.register(self.stop)
         try:
@@ -308,14 +332,59 @@ class LocalControlPlane:
             raise ControlPlaneStartError(f"kube-apiserver is ready but the generated kubeconfig fails: {err}") \
                 from err
         self._client = client
+        if "kube-controller-manager" in self._binaries:
+            self._start_controller_manager(Path(self._binaries["kube-controller-manager"]), env)
+
+    def _start_controller_manager(self, binary: Path, env: dict[str, str]) -> None:
+        wd = self.workdir
+        assert wd is not None
+        port = _free_port()
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in FEATURE_GATES.items() if k != "WatchList")
+        self._controller_manager = _Server("kube-controller-manager", [
+            str(binary), "--kubeconfig", str(self.kubeconfig),
+            "--controllers", ",".join(CONTROLLERS),
+            "--feature-gates", gates,
+            "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(port),
+            "--cert-dir", str(wd / "kcm-pki"),
+        ], wd / "kube-controller-manager.log", wd, env)
+        self._wait_healthy(self._controller_manager, port)
+
+    def _wait_healthy(self, server: _Server, port: int) -> None:
+        """Poll /healthz (no event exists for it) under the start deadline; abort the moment it exits."""
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # its self-signed serving certificate
+        deadline = time.monotonic() + self.start_timeout_s
+        backoff, last = READYZ_BACKOFF_S[0], "no answer yet"
+        while True:
+            if server.exited() is not None:
+                raise ControlPlaneStartError(server.failure())
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=HEALTHZ_TIMEOUT_S)
+            try:
+                conn.request("GET", "/healthz")
+                resp = conn.getresponse()
+                body = resp.read().decode(errors="replace").strip()
+                if resp.status == 200:
+                    return
+                last = f"{resp.status} {body[:200]}"
+            except (OSError, http.client.HTTPException) as err:
+                last = f"{type(err).__name__}: {err}"
+            finally:
+                conn.close()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ControlPlaneStartError(f"{server.name} not healthy within {self.start_timeout_s:g}s ({last}); "
+                                             f"last lines of its log:\n{_tail(server.log)}")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.proc.wait(timeout=min(backoff, remaining))
+            backoff = min(backoff * 2, READYZ_BACKOFF_S[1])
 
     def _wait_ready(self, token: str) -> None:
         """Poll /readyz (no event exists for it) under the deadline; abort the moment a server exits."""
         assert self._etcd is not None and self._apiserver is not None
         # The serving certificate does not exist until the server has written it: the probe
         # skips verification; the kubeconfig client verifies it right after.
-        probe = KubeClient(ClusterAccess(server=self.server, insecure=True, token=token, source="local"),
-                           READYZ_TIMEOUT_S)
+        probe = KubeClient(server_config(self.server, token=token, insecure=True), READYZ_TIMEOUT_S)
         deadline = time.monotonic() + self.start_timeout_s
         backoff, last = READYZ_BACKOFF_S[0], "no answer yet"
         try:
@@ -342,10 +411,10 @@ class LocalControlPlane:
 
     def _stop_servers(self) -> None:
         # The API server first: without etcd it retries for a long time instead of exiting.
-        for server in (self._apiserver, self._etcd):
+        for server in (self._controller_manager, self._apiserver, self._etcd):
             if server is not None:
                 server.stop()
-        self._apiserver = self._etcd = None
+        self._controller_manager = self._apiserver = self._etcd = None
 
     def stop(self) -> None:
         atexit.unregister(self.stop)
@@ -366,7 +435,7 @@ class LocalControlPlane:
 
     def pids(self) -> list[int]:
         """The servers' process ids (for leak checks)."""
-        return [s.proc.pid for s in (self._etcd, self._apiserver) if s is not None]
+        return [s.proc.pid for s in (self._etcd, self._apiserver, self._controller_manager) if s is not None]
 
     def log_tail(self, name: str = "kube-apiserver", lines: int = LOG_TAIL_LINES) -> str:
         if self.workdir is None:
@@ -382,4 +451,7 @@ class LocalControlPlane:
             version = git or f"v{self._version.get('major', '?')}.{self._version.get('minor', '?')}"
         return {"backend": self.name, "version": version, "server": self.server,
                 "kube-apiserver": self._binaries.get("kube-apiserver", ""), "etcd": self._binaries.get("etcd", ""),
+                "kube-controller-manager": self._binaries.get("kube-controller-manager", "")
+                or f"not running: {self.controllers_error}",
+                "controllers": ",".join(CONTROLLERS) if self._controller_manager is not None else "",
                 "startup_s": f"{self.startup_s:.1f}"}

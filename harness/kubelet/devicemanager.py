@@ -411,6 +411,16 @@ class DeviceManager:
         if gone:
             self._write_checkpoint()  # GetCapacity: needsUpdateCheckpoint drops them from RegisteredDevices
 
+    def allocations(self) -> list[checkpoint.PodDeviceEntry]:
+        """Every container's device assignment (the checkpoint's PodDeviceEntries)."""
+        with self._lock:
+            return list(self._entries)
+
+    def resources(self) -> list[str]:
+        self._expire()
+        with self._lock:
+            return sorted(self._resources)
+
     def capacity(self, resource: str) -> int | None:
         self._expire()
         with self._lock:

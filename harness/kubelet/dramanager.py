@@ -478,6 +478,11 @@ class DRAManager:
         with self._cache_lock:
             dracheckpoint.write(self.checkpoint_path, [c.state for c in self._claims.values()])
 
+    def pods(self) -> dict[str, dict]:
+        """Pods whose claims this instance prepared, by UID ({"name", "namespace", "uid"})."""
+        with self._cache_lock:
+            return {uid: dict(pod) for uid, pod in self._pods.items()}
+
     def claims(self) -> dict[str, PreparedClaim]:
         """The claim cache, by "namespace/name"."""
         with self._cache_lock:

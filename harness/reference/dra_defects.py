@@ -35,6 +35,12 @@ DRA_DEFECTS: dict[str, str] = {
     "unprepare-hang": "never answers a NodeUnprepareResources call that names claims",
     "health-silent": "opens every NodeWatchResources stream and never sends a message",
     "dies-mid-prepare": "exits in the middle of a NodePrepareResources call that names claims",
+    # device taints and eviction
+    "taint-never-cleared": "keeps every device taint it ever published, also after the device recovered",
+    "taints-wrong-device": "publishes each device's taints on the next device (an index mix-up)",
+    "noexecute-at-warning": "taints a warm device NoExecute at the warning temperature instead of NoSchedule",
+    "unprepare-fails-after-eviction": "refuses to unprepare a claim whose device carries a NoExecute taint",
+    "leaves-cdi-after-eviction": "forgets a claim evicted by a NoExecute taint without removing its CDI spec",
     # ResourceSlices
     "bad-slice": "publishes its pool as two slices that both carry the first device",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",

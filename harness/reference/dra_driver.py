@@ -85,6 +85,9 @@ KUBELET_HEALTH_TIMEOUT_S = 30.0  # kubelet cm/dra/healthinfo.go DefaultHealthTim
 HEALTH_TIMEOUT_PERIODS = 3
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) = 108 on Linux, minus the NUL
 CDI_CLASS = "gpu"
+# Taint keys under the driver's own domain (a taint key is a qualified name, like a label key).
+TAINT_UNHEALTHY, TAINT_TEMPERATURE = "unhealthy", "temperature"
+NO_EXECUTE, NO_SCHEDULE = "NoExecute", "NoSchedule"  # k8s.io/api resource/v1 DeviceTaintEffect
 
 # Mutant timings.
 GETINFO_SLOW_S = 1.5  # past pluginmanager operation_generator.go GetInfo's 1 s timeout
@@ -265,6 +268,11 @@ class ReferenceDriver:
         self.nonce = uuid.uuid4().hex[:8] if self.has("forgets-after-restart") else ""
 
         self.overheated: set[str] = set()
+        self.warning_c = args.temp_warning_c if args.temp_warning_c is not None else self.threshold_c - 10
+        # (device id, taint key, effect) -> when it was first published: republishing a slice must not
+        # move a taint's timeAdded, or the eviction controller's tolerationSeconds would start again.
+        self.taints_since: dict[tuple[str, str, str], str] = {}
+        self.ever_tainted: set[tuple[str, str, str]] = set()  # taint-never-cleared
         self.indexes: dict[str, int] = {}  # device id -> stable "index" attribute
         self.frozen: dict[str, dict[str, Any]] | None = None  # no-hotplug: the set seen at start
         self.initial_health: dict[str, tuple[str, str]] | None = None  # stale-health
@@ -329,6 +337,7 @@ class ReferenceDriver:
                         "uuid": d.uuid, "model": d.model, "vendor": d.vendor, "numa": d.numa,
                         "pci_address": d.pci_address, "memory_mib": d.memory_mib, "node": d.node,
                         "host_path": d.host_path, "health": health, "reason": reason})
+        self._taint(out, seen)
         if self.has("no-hotplug"):
             if self.frozen is None:
                 self.frozen = {d["id"]: d for d in out}
@@ -340,6 +349,41 @@ class ReferenceDriver:
             for d in out:
                 d["health"], d["reason"] = self.initial_health.setdefault(d["id"], (d["health"], d["reason"]))
         return out
+
+    def _wanted_taints(self, d: HwDevice) -> list[tuple[str, str, str]]:
+        """(key, value, effect) this device deserves: a failed or critically hot device evicts its pods
+        (NoExecute); a warm one only keeps new claims away (NoSchedule)."""
+        out = []
+        if d.health == HW_UNHEALTHY:
+            out.append((f"{self.driver}/{TAINT_UNHEALTHY}", "", NO_EXECUTE))
+        if d.id in self.overheated:
+            out.append((f"{self.driver}/{TAINT_TEMPERATURE}", "critical", NO_EXECUTE))
+        elif d.temperature_c is not None and d.temperature_c > self.warning_c and not self.has("ignore-temperature"):
+            effect = NO_EXECUTE if self.has("noexecute-at-warning") else NO_SCHEDULE
+            out.append((f"{self.driver}/{TAINT_TEMPERATURE}", "warning", effect))
+        return out
+
+    def _taint(self, out: list[dict[str, Any]], seen: list[HwDevice]) -> None:
+        """Put each device's taints on its entry, keeping every taint's first timeAdded."""
+        wanted = {d.id: self._wanted_taints(d) for d in seen}
+        if self.has("taints-wrong-device"):
+            # The bug: an index mix-up puts every taint on the next device.
+            ids = sorted(wanted)
+            wanted = {ids[(i + 1) % len(ids)]: wanted[dev] for i, dev in enumerate(ids)} if ids else {}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for d in out:
+            keys = [(d["id"], key, effect) for key, _, effect in wanted.get(d["id"], [])]
+            values = {(d["id"], key, effect): value for key, value, effect in wanted.get(d["id"], [])}
+            if self.has("taint-never-cleared"):
+                self.ever_tainted.update(keys)
+                keys = sorted(k for k in self.ever_tainted if k[0] == d["id"])
+            for k in keys:
+                self.taints_since.setdefault(k, now)
+            for k in [k for k in self.taints_since if k[0] == d["id"] and k not in keys]:
+                del self.taints_since[k]
+            d["taints"] = [{"key": key, "value": values.get((dev, key, effect), "tainted"), "effect": effect,
+                            "timeAdded": self.taints_since[(dev, key, effect)]}
+                           for dev, key, effect in keys]
 
     @staticmethod
     def _slice_view(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -489,6 +533,13 @@ class ReferenceDriver:
             for ns, uid, name in claims:
                 record = self.prepared.pop(uid, None)
                 try:
+                    if record is not None and self._evicted_defect(record):
+                        if self.has("unprepare-fails-after-eviction"):
+                            self.prepared[uid] = record
+                            errors[uid] = f"claim {ns}/{name}: device is tainted NoExecute, refusing to release it"
+                            continue
+                        errors[uid] = ""  # leaves-cdi-after-eviction: forgets the claim, keeps its CDI spec
+                        continue
                     if record is not None:
                         cdi.remove_spec(Path(record["cdi_spec"]))
                     elif self.has("unprepare-unknown-errors"):
@@ -506,6 +557,33 @@ class ReferenceDriver:
                 self.checkpoint.save(self.prepared)
         log.info("unprepared %s", ", ".join(f"{u}: {e or 'OK'}" for u, e in errors.items()) or "nothing")
         return errors
+
+    def _evicted_defect(self, record: dict[str, Any]) -> bool:
+        """For the eviction mutants only: does a NoExecute taint (ours or a DeviceTaintRule's) sit on one of
+        the claim's devices?"""
+        if not (self.has("unprepare-fails-after-eviction") or self.has("leaves-cdi-after-eviction")):
+            return False
+        names = {d["device"] for d in record["devices"]}
+        with self.changed:
+            if any(t["effect"] == NO_EXECUTE for d in self.devices if d["name"] in names for t in d.get("taints", [])):
+                return True
+        if self.client is None:
+            return False
+        for version in ("v1beta2", "v1alpha3"):
+            try:
+                rules = self.client.list(f"/apis/resource.k8s.io/{version}/devicetaintrules")
+            except (self.api_error, OSError):
+                continue
+            for rule in rules:
+                spec = rule.get("spec") or {}
+                sel = spec.get("deviceSelector")
+                if sel is None or (spec.get("taint") or {}).get("effect") != NO_EXECUTE:
+                    continue
+                if sel.get("driver") in (None, self.driver) and sel.get("pool") in (None, self.pool) and \
+                        (sel.get("device") is None or sel.get("device") in names):
+                    return True
+            return False
+        return False
 
     # -- serving and registering ---------------------------------------------
 
@@ -656,6 +734,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-threshold-c", type=float, default=85.0, help="overtemperature: UNHEALTHY above")
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="HEALTHY again only below threshold minus this")
+    parser.add_argument("--temp-warning-c", type=float, default=None,
+                        help="warm: a NoSchedule taint above this (default threshold minus 10)")
     parser.add_argument("--defect", choices=sorted(DRA_DEFECTS), help="run as a mutant with this bug")
     args = parser.parse_args(argv)
     if not 0 < args.health_refresh_s < KUBELET_HEALTH_TIMEOUT_S:

@@ -83,6 +83,8 @@ def device_entry(d: dict[str, Any]) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": d["name"], "attributes": attributes}
     if d.get("memory_mib"):
         entry["capacity"] = {"memory": {"value": f"{d['memory_mib']}Mi"}}
+    if d.get("taints"):
+        entry["taints"] = [dict(t) for t in d["taints"]]
     return entry
 
 
@@ -102,7 +104,9 @@ def _comparable(devices: list[dict[str, Any]]) -> list[tuple]:
     for d in devices:
         attrs = tuple(sorted((k, tuple(sorted(v.items()))) for k, v in (d.get("attributes") or {}).items()))
         cap = tuple(sorted((k, quantity(v.get("value", ""))) for k, v in (d.get("capacity") or {}).items()))
-        out.append((d.get("name"), attrs, cap))
+        taints = tuple((t.get("key"), t.get("value", ""), t.get("effect"), t.get("timeAdded"))
+                       for t in d.get("taints") or [])
+        out.append((d.get("name"), attrs, cap, taints))
     return out
 
 

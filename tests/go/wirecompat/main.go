@@ -9,6 +9,7 @@
 //	wirecompat dracall --socket PATH --version v1|v1beta1 [--timeout 10s]
 //	wirecompat draplugin --registry-dir DIR --socket PATH [flags, see draplugin.go]
 //	wirecompat healthwatch --socket PATH --version v1|v1alpha1 [--count 1] [--timeout 10s]
+//	wirecompat podresources [--get NAMESPACE/NAME]... [--timeout 10s] SOCKET
 //
 // plugin: a device plugin serving DIR/ENDPOINT that registers with whatever
 // serves DIR/kubelet.sock and prints one JSON line per event on stdout.
@@ -23,8 +24,8 @@
 //
 // descriptors: prints, as one JSON object, the schema facts (packages,
 // messages with their fields, enums, services) of upstream's generated device
-// plugin, plugin registration, DRA and DRA health packages, for comparison
-// with fakelet's own descriptors.
+// plugin, plugin registration, DRA, DRA health and PodResources packages,
+// for comparison with fakelet's own descriptors.
 //
 // dracall: the kubelet's side of the DRA plugin API; it calls
 // NodePrepareResources and NodeUnprepareResources with one claim on the
@@ -39,6 +40,11 @@
 // healthwatch: the kubelet's side of DRAResourceHealth; it opens
 // NodeWatchResources on PATH, reads up to --count messages and prints them as
 // one JSON object (draplugin.go).
+//
+// podresources: a node agent reading the kubelet's PodResources API v1 on
+// SOCKET; it calls List, GetAllocatableResources and Get for each --get pod
+// and prints the decoded responses and errors as one JSON object
+// (podresources.go).
 package main
 
 import (
@@ -73,6 +79,7 @@ import (
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registrationv1 "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // kubeletSocket is the registration socket's name inside the plugin
@@ -87,6 +94,7 @@ const usage = `usage:
   wirecompat draplugin --registry-dir DIR --socket PATH [--driver NAME] [--reg-socket NAME] [--endpoint PATH]
                        [--versions LIST] [--health LIST] [--health-interval 0s] [--health-time UNIX]
   wirecompat healthwatch --socket PATH --version v1|v1alpha1 [--count 1] [--timeout 10s]
+  wirecompat podresources [--get NAMESPACE/NAME]... [--timeout 10s] SOCKET
 `
 
 func main() {
@@ -108,6 +116,8 @@ func main() {
 		code = draPluginMain(os.Args[2:])
 	case "healthwatch":
 		code = healthwatchMain(os.Args[2:])
+	case "podresources":
+		code = podResourcesMain(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 	default:
@@ -700,6 +710,7 @@ var upstreamFiles = []struct {
 	{"dra/v1", drav1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_v1_api_proto},
 	{"dra-health/v1alpha1", drahealthv1alpha1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1alpha1_api_proto},
 	{"dra-health/v1", drahealthv1.File_staging_src_k8s_io_kubelet_pkg_apis_dra_health_v1_api_proto},
+	{"podresources/v1", podresourcesv1.File_staging_src_k8s_io_kubelet_pkg_apis_podresources_v1_api_proto},
 }
 
 // The JSON shapes below mirror descriptor.proto's names; enum-typed values

@@ -1,0 +1,96 @@
+"""The harness's scheduler for real Pods with ResourceClaims: allocate their claims, reserve, bind.
+
+kube-scheduler's DRA plugin allocates a pod's claims, reserves them for the
+pod (`status.reservedFor`) and only then binds the pod to the node. fakelet
+does the same in that order, so the kubelet never sees a bound pod whose
+claims are not ready, and the resource-claim and device-taint eviction
+controllers see exactly the objects a real cluster would have. Pods carry
+`schedulerName: fakelet`, so a cluster's own scheduler leaves them alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.controlplane.allocator import REQUEST_NAME, AllocationError, Allocator
+from harness.controlplane.base import RESOURCE_API
+from harness.controlplane.client import ApiError
+
+SCHEDULER_NAME = "fakelet"  # no real scheduler claims pods with this name
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: the fake kubelet runs no containers
+CONTAINER = "main"
+TERMINATION_GRACE_S = 1  # the fake containers stop at once; a short grace keeps eviction stories short
+
+
+@dataclass
+class PodClaim:
+    """One entry of a pod's spec.resourceClaims: a claim of its own, made for it here."""
+
+    name: str  # the pod-level claim name
+    count: int = 1
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def claim_body(namespace: str, name: str, device_class: str, count: int,
+               tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}
+    if tolerations:
+        exactly["tolerations"] = tolerations
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}}}
+
+
+def pod_body(namespace: str, name: str, claims: dict[str, str]) -> dict[str, Any]:
+    """A pod whose one container uses every claim: pod-level claim name -> ResourceClaim name."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+            "automountServiceAccountToken": False,
+            "resourceClaims": [{"name": k, "resourceClaimName": v} for k, v in claims.items()],
+            "containers": [{"name": CONTAINER, "image": PAUSE_IMAGE,
+                            "resources": {"claims": [{"name": k} for k in claims]}}],
+        },
+    }
+
+
+class Scheduler:
+    """Creates pods with claims of their own and schedules them onto one node."""
+
+    def __init__(self, allocator: Allocator) -> None:
+        self.allocator = allocator
+        self.client = allocator.client
+
+    def create_pod(self, namespace: str, name: str, device_class: str,
+                   claims: list[PodClaim]) -> tuple[dict, list[dict]]:
+        """The claims and the (unbound) pod that uses them, created in the API server."""
+        made: dict[str, dict] = {}
+        for c in claims:
+            body = claim_body(namespace, f"{name}-{c.name}", device_class, c.count, c.tolerations)
+            made[c.name] = self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", body)
+        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
+                                 pod_body(namespace, name, {k: v["metadata"]["name"] for k, v in made.items()}))
+        return pod, list(made.values())
+
+    def schedule(self, pod: dict, claims: list[dict], node: str, driver: str) -> list[dict]:
+        """Allocate and reserve every claim for `pod` on `node`, then bind it. Raises AllocationError."""
+        meta = pod["metadata"]
+        ref = {"name": meta["name"], "uid": meta["uid"]}
+        allocated = [self.allocator.allocate(c, node, driver, ref) for c in claims]
+        self.bind(pod, node)
+        return allocated
+
+    def bind(self, pod: dict, node: str) -> None:
+        meta = pod["metadata"]
+        try:
+            self.client.create(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding", {
+                "apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            })
+        except ApiError as err:
+            raise AllocationError(f"binding pod {meta['namespace']}/{meta['name']} to node {node} failed: {err}") \
+                from err

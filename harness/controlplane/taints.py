@@ -1,0 +1,105 @@
+"""Device taints: an admin's DeviceTaintRules, and the taints drivers publish in their ResourceSlices.
+
+DeviceTaintRule is `resource.k8s.io/v1beta2` in Kubernetes 1.36 (v1alpha3
+before 1.35); which version a server serves is probed, not assumed. A rule
+selects devices by driver, pool and device name (the DeviceClass selector was
+tombstoned in 1.35: the eviction controller cannot evaluate it); a rule
+without a selector matches nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.controlplane.client import ApiError, KubeClient
+
+GROUP = "resource.k8s.io"
+RULE_VERSIONS = ("v1beta2", "v1alpha3")  # newest first: v1beta2 from 1.35 (DRADeviceTaintRules beta)
+RULE_RESOURCE = "devicetaintrules"
+NO_EXECUTE, NO_SCHEDULE = "NoExecute", "NoSchedule"  # k8s.io/api resource/v1 DeviceTaintEffect values
+BLOCKING = (NO_SCHEDULE, NO_EXECUTE)
+
+
+class TaintRulesUnavailable(RuntimeError):
+    """The API server serves no DeviceTaintRule version fakelet knows; str(err) says what it serves."""
+
+
+def rule_version(client: KubeClient) -> str:
+    """The newest served API version of DeviceTaintRule."""
+    served = []
+    for version in RULE_VERSIONS:
+        try:
+            resources = client.get(f"/apis/{GROUP}/{version}").get("resources") or []
+        except ApiError as err:
+            if err.status == 404:
+                continue
+            raise
+        served.append(version)
+        if any(r.get("name") == RULE_RESOURCE for r in resources):
+            return version
+    raise TaintRulesUnavailable(
+        f"the API server serves no {RULE_RESOURCE} in {GROUP} {'/'.join(RULE_VERSIONS)} "
+        f"(served of these: {', '.join(served) or 'none'}; needs the DRADeviceTaintRules feature gate)")
+
+
+def rule_body(name: str, version: str, taint: dict[str, Any], driver: str | None = None,
+              pool: str | None = None, device: str | None = None) -> dict[str, Any]:
+    selector = {k: v for k, v in (("driver", driver), ("pool", pool), ("device", device)) if v is not None}
+    return {"apiVersion": f"{GROUP}/{version}", "kind": "DeviceTaintRule", "metadata": {"name": name},
+            "spec": {"deviceSelector": selector, "taint": taint}}
+
+
+class TaintRules:
+    """Creates DeviceTaintRules and removes every one it created."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self._version: str | None = None
+        self.created: list[str] = []
+
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            self._version = rule_version(self.client)
+        return self._version
+
+    def _path(self, name: str = "") -> str:
+        base = f"/apis/{GROUP}/{self.version}/{RULE_RESOURCE}"
+        return f"{base}/{name}" if name else base
+
+    def add(self, name: str, taint: dict[str, Any], driver: str | None = None, pool: str | None = None,
+            device: str | None = None) -> dict[str, Any]:
+        """The rule as stored (its taint's timeAdded set by the server)."""
+        rule = self.client.create(self._path(), rule_body(name, self.version, taint, driver, pool, device))
+        self.created.append(name)
+        return rule
+
+    def remove(self, name: str) -> None:
+        self.client.delete(self._path(name))
+        if name in self.created:
+            self.created.remove(name)
+
+    def close(self) -> None:
+        for name in list(self.created):
+            try:
+                self.remove(name)
+            except (ApiError, OSError):
+                pass
+
+
+def device_taints(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Device name -> the taints its driver publishes on it (ResourceSlice spec.devices[].taints)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for s in slices:
+        for d in (s.get("spec") or {}).get("devices") or []:
+            out[d.get("name", "")] = list(d.get("taints") or [])
+    return out
+
+
+def blocking(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [t for t in taints if t.get("effect") in BLOCKING]
+
+
+def describe_taint(taint: dict[str, Any]) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key')}{value}:{taint.get('effect')}"
