@@ -21,6 +21,7 @@ import os
 import socket
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,11 @@ MAX_SOCKET_PATH = 107
 
 
 class ControlServer:
-    def __init__(self, backend: DeviceBackend, socket_path: Path | str) -> None:
+    def __init__(self, backend: DeviceBackend | None, socket_path: Path | str,
+                 handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None) -> None:
+        """`handlers` answers ops beyond the devices' (a live session's taints and pods), by op name."""
         self.backend = backend
+        self.handlers = dict(handlers or {})
         self.socket_path = Path(socket_path)
         self._stop = threading.Event()  # also ends running flap scripts
         self._sock: socket.socket | None = None
@@ -176,8 +180,11 @@ class ControlServer:
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
-        if op not in CONTROL_OPS:
-            return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(CONTROL_OPS)}"}
+        if isinstance(op, str) and op in self.handlers:
+            return self.handlers[op](request)
+        if op not in CONTROL_OPS or self.backend is None:
+            known = [*(CONTROL_OPS if self.backend is not None else ()), *self.handlers]
+            return {"ok": False, "error": f"unknown op {op!r}; known: {', '.join(known)}"}
         if op == "list":
             return {"ok": True, "devices": [d.to_dict() for d in self.backend.devices()]}
         device = request.get("device")

@@ -39,7 +39,9 @@ from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.profiles import PROFILES
 from harness.reaper import claim, reap
 from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Overrides, RunConfig, parse_observes
+from harness.scenarios.runner import SCENARIOS, run_scenario
 from harness.session import Session
+from harness.sessioncli import main as session_main
 from harness.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
 from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, SubjectReport, run_status
 from reports.writers import write_all
@@ -101,6 +103,10 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
                         "cluster), or none (checks that need one skip)")
 
 
+DEFAULT_SCENARIO_SUBJECT = "reference-dra"
+MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
                                      "for Kubernetes device plugins and DRA drivers.")
@@ -129,6 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", add_help=False,
                              help="control a running session's fake devices (fakelet devices --help)")
     devices.add_argument("args", nargs=argparse.REMAINDER)
+    for name, what in (("taint", "add or remove a DeviceTaintRule on a device of a running session"),
+                       ("pods", "create or list a running session's pods (fakelet pods --help)")):
+        sub.add_parser(name, add_help=False, help=what).add_argument("args", nargs=argparse.REMAINDER)
+    scenario = sub.add_parser("scenario", help="reproduce a fault end to end, narrated step by step")
+    scenario.add_argument("name", choices=sorted(SCENARIOS), help="the story to tell")
+    _add_subject_flags(scenario, many=False)
+    _add_one_off_flags(scenario)
+    _add_world_flags(scenario)
+    scenario.add_argument("--toleration-seconds", type=int, metavar="N",
+                          help="the pod tolerates the NoExecute taint for N seconds (default: not at all)")
+    scenario.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     return parser
@@ -455,12 +472,32 @@ def cmd_up(args: argparse.Namespace) -> int:
         sock = session.control_socket
         print(f"session up: subject {run.spec.name}, sandbox {session.env.sandbox.path if session.env else ''}")
         if sock is not None:
-            print(f"control socket: {sock}\nexport FAKELET_CONTROL_SOCKET={sock}   # then: fakelet devices fail ID",
+            print(f"control socket: {sock}\nexport FAKELET_CONTROL_SOCKET={sock}   # then: fakelet devices fail ID, "
+                  "fakelet pods create, fakelet taint add DEV",
                   flush=True)
         session.wait(args.duration)
     finally:
         session.close()
     return EXIT_OK
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    if args.toleration_seconds is not None and not 0 <= args.toleration_seconds <= MAX_TOLERATION_S:
+        raise UsageError(f"--toleration-seconds {args.toleration_seconds}: must be between 0 and {MAX_TOLERATION_S}")
+    check_one_subject(args)
+    out = check_out(args.out)
+    chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file else DEFAULT_SCENARIO_SUBJECT)
+    run = build_run(args, chosen, str(out))
+    if not run.spec.is_dra:
+        raise UsageError(f"scenario {args.name} needs a DRA driver; {run.spec.name} is a {run.spec.kind}")
+    reap_dead_runs()
+    fresh_out(out)
+    print(f"scenario {args.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}", flush=True)
+    report = run_scenario(run, args.name, lambda line: print(line, flush=True), args.toleration_seconds)
+    write_all(report, out)
+    print_report(report)
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[report.status()]
 
 
 def cmd_checks() -> int:
@@ -479,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["devices"]:
         # Its own parser: options after `devices` belong to it, not to ours.
         return devices_main(argv[1:])
+    if argv[:1] in (["taint"], ["pods"]):
+        return session_main(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _term_to_interrupt)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -489,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_checks()
         if args.command == "up":
             return cmd_up(args)
+        if args.command == "scenario":
+            return cmd_scenario(args)
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)

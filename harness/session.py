@@ -16,9 +16,11 @@ from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_con
 from harness.draenv import DRAEnv
 from harness.env import DPEnv
 from harness.runconfig import RunConfig
+from harness.sessionops import ClusterOps
 from harness.timeline import Event, describe
 
-SHOWN = ("kubelet.", "device.", "fault.", "process.")  # event kinds worth a line on the console
+SHOWN = ("kubelet.", "device.", "fault.", "process.", "pod.running", "pod.killing", "pod.deleted", "dra.prepare",
+         "dra.unprepare", "node.registered")  # event kinds worth a line on the console
 DRA_SHOWN = ("dra.registered", "dra.rejected", "dra.deregistered", "dra.health_stream", "dra.health_unknown")
 
 
@@ -27,7 +29,9 @@ def show(event: Event, origin_ns: int) -> str | None:
         return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s NodeWatchResources " + ", ".join(
             f"{d.get('device')}={d.get('health')}" for d in event.get("devices") or [])
     if event.kind == "api.slices":
-        return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s ResourceSlices: {', '.join(event.get('devices'))}"
+        taints = event.get("taints") or {}
+        return f"+{(event.t_ns - origin_ns) / 1e9:.3f}s ResourceSlices: " + ", ".join(
+            d + (f" [{' '.join(taints[d])}]" if d in taints else "") for d in event.get("devices"))
     listed = event.kind == "grpc.stream_msg" and event.source == "kubelet"
     if event.kind.startswith(SHOWN) or event.kind in DRA_SHOWN or listed:
         if event.kind == "grpc.stream_msg":
@@ -66,8 +70,10 @@ class Session:
             self.close()
             raise
         try:
-            if self.env.devices is not None:
-                self.control = ControlServer(self.env.devices, self.env.sandbox.path / "control.sock").start()
+            handlers = ClusterOps(self.env).handlers() if isinstance(self.env, DRAEnv) and self.env.client else {}
+            if self.env.devices is not None or handlers:
+                self.control = ControlServer(self.env.devices, self.env.sandbox.path / "control.sock",
+                                             handlers).start()
             threading.Thread(target=self._follow, daemon=True, name="follow").start()
             self.env.start()
         except BaseException:

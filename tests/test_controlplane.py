@@ -363,6 +363,17 @@ def test_failing_exec_plugin_is_a_clear_error(cp, tmp_path):
     client.close()
 
 
+def test_a_hung_exec_plugin_is_bounded(cp, tmp_path, monkeypatch):
+    from harness.controlplane import kubeconfig
+
+    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT_S", 1)
+    path = _exec_kubeconfig(cp, tmp_path, "#!/bin/sh\nexec sleep 600\n")
+    began = time.monotonic()
+    with pytest.raises(KubeconfigError, match="exec plugin"):
+        open_control_plane(f"kubeconfig:{path}").start()
+    assert time.monotonic() - began < 30
+
+
 def test_exec_plugin_without_a_token_is_a_clear_error(cp, tmp_path):
     path = _exec_kubeconfig(cp, tmp_path, "#!/bin/sh\necho not json\n")
     with pytest.raises(KubeconfigError, match="its output is not JSON"):

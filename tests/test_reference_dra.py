@@ -346,6 +346,15 @@ def wait_slices(client: Any, node: str, test: Callable[[list[dict]], bool], what
     return list(current.values())
 
 
+def real_pod(client: Any, namespace: str) -> dict[str, str]:
+    """A Pod object to reserve claims for: the resource-claim controller drops reservations of missing pods."""
+    from harness.controlplane.scheduler import pod_body
+
+    name = f"pod-{uuid.uuid4().hex[:6]}"
+    pod = client.create(f"/api/v1/namespaces/{namespace}/pods", pod_body(namespace, name, {}))
+    return {"name": name, "uid": pod["metadata"]["uid"]}
+
+
 def devices_of(slices: list[dict]) -> list[str]:
     return sorted(d["name"] for s in slices for d in s["spec"]["devices"])
 
@@ -370,7 +379,7 @@ def test_slices_prepare_and_restart(tmp: Path, hw: DeviceBackend, control_plane:
         assert gpu0["attributes"]["index"] == {"int": 0} and "string" in gpu0["attributes"]["uuid"]
         assert all(len(v) == 1 for v in gpu0["attributes"].values())
 
-        pod = {"name": "pod", "uid": str(uuid.uuid4())}
+        pod = real_pod(client, node)
         claim = alloc.allocate(alloc.create_claim(node, "claim", f"{node}-class", 2), node, DRIVER, pod)
         ref = (node, claim["metadata"]["uid"], "claim")
         allocated = sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
@@ -428,7 +437,7 @@ def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None
         slices = wait_slices(client, node, lambda s: len(s) == 2, "two slices")
         assert sorted(devices_of(slices)).count("gpu-0") == 2  # a device name twice in one pool
         claim = alloc.allocate(alloc.create_claim(node, "claim", f"{node}-class"), node, DRIVER,
-                               {"name": "pod", "uid": str(uuid.uuid4())})
+                               real_pod(client, node))
         ref = (node, claim["metadata"]["uid"], "claim")
         d.stop()
         for defect, check in (

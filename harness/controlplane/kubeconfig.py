@@ -43,6 +43,8 @@ VERSION_TIMEOUT_S = 5.0  # the kubeconfig backend's reachability probe: an answe
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 # What lightkube is told: it refuses v1, and it runs a v1 plugin and reads its token exactly as a v1beta1 one.
 LIGHTKUBE_EXEC_API = "client.authentication.k8s.io/v1beta1"
+EXEC_TIMEOUT_S = 60  # fakelet's bound on one exec credential plugin run (client-go sets none)
+EXEC_KILL_AFTER_S = 5  # then SIGKILL, for a plugin that ignores SIGTERM
 EXEC_EXTENSION = "client.authentication.k8s.io/exec"  # cluster extension passed to plugins as spec.cluster.config
 
 
@@ -201,7 +203,13 @@ def load_kubeconfig(path: Path, context: str | None = None) -> SingleConfig:
         changes["token_file"] = str(token_file)
     if loaded.exec is not None and command is not None:
         info = NameValue(name="KUBERNETES_EXEC_INFO", value=_exec_info(user["exec"], cluster, ca))
-        changes["exec"] = UserExec(apiVersion=LIGHTKUBE_EXEC_API, command=command, args=loaded.exec.args,
+        # lightkube waits for the plugin without a bound: coreutils' timeout gives it one, so a hung
+        # plugin fails the call ("exit 124") instead of hanging the run.
+        bounded = shutil.which("timeout")
+        argv = [command, *(loaded.exec.args or [])]
+        if bounded is not None:
+            argv = [bounded, f"--kill-after={EXEC_KILL_AFTER_S}", str(EXEC_TIMEOUT_S), *argv]
+        changes["exec"] = UserExec(apiVersion=LIGHTKUBE_EXEC_API, command=argv[0], args=argv[1:],
                                    env=[*(loaded.exec.env or []), info], installHint=loaded.exec.installHint)
     authority = config.cluster.certificate_auth
     config = config._replace(

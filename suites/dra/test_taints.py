@@ -12,13 +12,10 @@ controller manager runs.
 from __future__ import annotations
 
 import calendar
-import json
 import time
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.cdispecs import defined_devices
 from harness.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
 from harness.controlplane.allocator import AllocationError
 from harness.controlplane.scheduler import PodClaim
@@ -150,25 +147,6 @@ def test_driver_taints(dra_env: DRAEnv) -> None:
 # -- DRA-TNT-02 ------------------------------------------------------------------------------------
 
 
-def cdi_devices_defined(cdi_dir: Path) -> dict[str, str]:
-    """Qualified CDI device name -> the spec file that defines it, for every spec in the directory."""
-    out: dict[str, str] = {}
-    for path in sorted(cdi_dir.glob("*")):
-        if path.suffix not in (".json", ".yaml", ".yml") or not path.is_file():
-            continue
-        try:
-            text = path.read_text()
-            spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError):
-            continue
-        if not isinstance(spec, dict):
-            continue
-        for device in spec.get("devices") or []:
-            if isinstance(device, dict) and device.get("name"):
-                out[f"{spec.get('kind')}={device['name']}"] = path.name
-    return out
-
-
 def unprepare_calls(env: DRAEnv, uid: str, since: int) -> list[Event]:
     return env.timeline.find(lambda e: e.kind == "dra.unprepare" and uid in (e.get("claims") or []), since)
 
@@ -190,7 +168,7 @@ def _evicted_cleanly(env: DRAEnv, pod: dict, claim: dict, since: int) -> Event:
            f"exactly one NodeUnprepareResources for claim {uid}, answered OK",
            "; ".join(f"{e.get('outcome')} at {env.at(e)}" for e in calls) or "none")
     expect(key not in dra.claims(), f"claim {key} gone from the kubelet's checkpoint", "still there")
-    left = {c: f for c, f in cdi_devices_defined(env.sandbox.cdi_dir).items() if c in cdi_ids}
+    left = {c: f for c, f in defined_devices(env.sandbox.cdi_dir).items() if c in cdi_ids}
     expect(not left, f"the CDI devices {cdi_ids} of the unprepared claim removed",
            ", ".join(f"{c} still defined in {f}" for c, f in sorted(left.items())))
     return killing

@@ -1,0 +1,29 @@
+"""Reading a CDI spec directory: which qualified device names its spec files define."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+SPEC_SUFFIXES = (".json", ".yaml", ".yml")  # tags.cncf.io/container-device-interface: spec files by extension
+
+
+def defined_devices(cdi_dir: Path) -> dict[str, str]:
+    """Qualified CDI device name ("vendor/class=name") -> the spec file that defines it."""
+    out: dict[str, str] = {}
+    for path in sorted(Path(cdi_dir).glob("*")):
+        if path.suffix not in SPEC_SUFFIXES or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+            spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError):
+            continue  # a half-written or foreign file defines nothing we can name
+        if not isinstance(spec, dict):
+            continue
+        for device in spec.get("devices") or []:
+            if isinstance(device, dict) and device.get("name"):
+                out[f"{spec.get('kind')}={device['name']}"] = path.name
+    return out
