@@ -292,14 +292,25 @@ class DRAEnv(DPEnv):
             unavailable(f"needs kube-controller-manager's device-taint eviction controller: "
                         f"{self.control_plane.controllers_error}")
 
-    def run_pod(self, claims: list[PodClaim], name: str = "pod") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def run_pod(self, claims: list[PodClaim], name: str = "pod", template: bool = False
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A real Pod with claims of its own, scheduled onto this node and running (its claims prepared).
 
-        Returns the pod as created and its allocated claims."""
+        With `template`, its one claim comes from a ResourceClaimTemplate through the resource-claim
+        controller. Returns the pod as created and its allocated claims."""
         self.need_api()
         assert self.allocator is not None and self.scheduler is not None
         self.allocator.ensure_device_class(self.device_class, self.driver)
-        pod, made = self.scheduler.create_pod(self.node_name, f"{name}-{short_id()}", self.device_class, claims)
+        if template:
+            (claim,) = claims
+            try:
+                pod, made = self.scheduler.create_pod_from_template(
+                    self.node_name, f"{name}-{short_id()}", self.device_class, claim, self.profile.reaction_s)
+            except AllocationError as err:
+                raise AssertionError(f"expected the resource-claim controller to generate the pod's claim; saw: "
+                                     f"{err}") from None
+        else:
+            pod, made = self.scheduler.create_pod(self.node_name, f"{name}-{short_id()}", self.device_class, claims)
         since = self.now()
         try:
             allocated = self.scheduler.schedule(pod, made, self.node_name, self.driver)

@@ -18,6 +18,7 @@ from harness.draenv import DRAEnv
 from harness.kubelet.nodestatus import LEASE_NAMESPACE
 from harness.kubelet.podresources import read_pod_resources
 from harness.profiles import FAST
+from harness.scenarios.taint_eviction import claim_released
 from harness.subjects import load_subject
 
 RUN_TIMEOUT_S = 300
@@ -138,3 +139,21 @@ def test_session_controls_taint_and_pods(plane):
         assert not ops["pods_create"]({"count": 0})["ok"]
     finally:
         env.close()
+
+
+def test_a_template_claim_runs_and_goes_with_its_pod(plane):
+    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=plane)
+    try:
+        env.start()
+        env.wait_allocatable(1)
+        pod, (claim,) = env.run_pod([PodClaim("gpu")], "templated", template=True)
+        owners = [o["kind"] for o in claim["metadata"].get("ownerReferences", [])]
+        assert owners == ["Pod"] and claim["status"]["reservedFor"][0]["uid"] == pod["metadata"]["uid"]
+        since = env.now()
+        env.delete_pod(pod)
+        env.wait_pod("pod.deleted", pod, since, "the kubelet to finish the deletion")
+        # The resource-claim controller releases a generated claim once its pod is gone.
+        assert claim_released(env, claim) in ("deleted", "deallocated")
+    finally:
+        env.close()
+

@@ -10,6 +10,7 @@ controllers see exactly the objects a real cluster would have. Pods carry
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,17 +43,28 @@ def claim_body(namespace: str, name: str, device_class: str, count: int,
             "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}}}
 
 
-def pod_body(namespace: str, name: str, claims: dict[str, str]) -> dict[str, Any]:
-    """A pod whose one container uses every claim: pod-level claim name -> ResourceClaim name."""
+def template_body(namespace: str, name: str, device_class: str, count: int,
+                  tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    claim = claim_body(namespace, name, device_class, count, tolerations)
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": {"spec": claim["spec"]}}
+
+
+def pod_body(namespace: str, name: str, claims: dict[str, str], templates: dict[str, str] | None = None) \
+        -> dict[str, Any]:
+    """A pod whose one container uses every claim: pod-level claim name -> ResourceClaim name
+    (`claims`) or -> ResourceClaimTemplate name (`templates`)."""
+    entries = [{"name": k, "resourceClaimName": v} for k, v in claims.items()]
+    entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "schedulerName": SCHEDULER_NAME,
             "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
             "automountServiceAccountToken": False,
-            "resourceClaims": [{"name": k, "resourceClaimName": v} for k, v in claims.items()],
+            "resourceClaims": entries,
             "containers": [{"name": CONTAINER, "image": PAUSE_IMAGE,
-                            "resources": {"claims": [{"name": k} for k in claims]}}],
+                            "resources": {"claims": [{"name": e["name"]} for e in entries]}}],
         },
     }
 
@@ -74,6 +86,40 @@ class Scheduler:
         pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
                                  pod_body(namespace, name, {k: v["metadata"]["name"] for k, v in made.items()}))
         return pod, list(made.values())
+
+    def create_pod_from_template(self, namespace: str, name: str, device_class: str, claim: PodClaim,
+                                 timeout_s: float) -> tuple[dict, list[dict]]:
+        """A pod whose claim the resource-claim controller generates from a ResourceClaimTemplate.
+
+        Returns the pod and the generated claim once the controller has recorded it in the pod's
+        status.resourceClaimStatuses (a bounded watch); AllocationError when it does not in time."""
+        template = f"{name}-{claim.name}"
+        self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates",
+                           template_body(namespace, template, device_class, claim.count, claim.tolerations))
+        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
+                                 pod_body(namespace, name, {}, {claim.name: template}))
+        generated = self._generated_claim(pod, claim.name, timeout_s)
+        return pod, [self.client.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{generated}")]
+
+    def _generated_claim(self, pod: dict, pod_claim: str, timeout_s: float) -> str:
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods?fieldSelector=metadata.name={meta['name']}"
+        deadline = time.monotonic() + timeout_s
+        items, version = self.client.list_with_version(path)
+        while True:
+            for current in items:
+                for status in (current.get("status") or {}).get("resourceClaimStatuses") or []:
+                    if status.get("name") == pod_claim and status.get("resourceClaimName"):
+                        return str(status["resourceClaimName"])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AllocationError(f"pod {meta['namespace']}/{meta['name']}: the resource-claim controller "
+                                      f"generated no claim for {pod_claim} within {timeout_s:g}s")
+            items = []
+            for event in self.client.watch(path, version, remaining):
+                version = event["object"].get("metadata", {}).get("resourceVersion", version)
+                items = [event["object"]]
+                break
 
     def schedule(self, pod: dict, claims: list[dict], node: str, driver: str) -> list[dict]:
         """Allocate and reserve every claim for `pod` on `node`, then bind it. Raises AllocationError."""

@@ -69,7 +69,7 @@ def _driver_taint(env: DRAEnv, device: str, since: int) -> dict[str, Any] | None
     return next(t for t in device_taints(event.get("slices") or [])[device] if t.get("effect") == NO_EXECUTE)
 
 
-def _claim_released(env: DRAEnv, claim: dict[str, Any]) -> str:
+def claim_released(env: DRAEnv, claim: dict[str, Any]) -> str:
     """Wait (a bounded watch) until the claim is deallocated or deleted; say which."""
     assert env.client is not None
     meta = claim["metadata"]
@@ -158,7 +158,7 @@ def run(env: DRAEnv, story: Story, toleration_s: int | None = None) -> list[str]
         raise AssertionError(f"expected the driver to remove claim {uid}'s CDI devices on unprepare; still defined: "
                              + ", ".join(f"{c} in {f}" for c, f in sorted(left.items())))
     story.step(f"the claim's CDI devices are gone ({', '.join(cdi_ids) or 'it had none'})")
-    story.step(f"claim {claim['metadata']['name']} {_claim_released(env, claim)} by the resource-claim controller")
+    story.step(f"claim {claim['metadata']['name']} {claim_released(env, claim)} by the resource-claim controller")
     return [f"eviction {late_ms:.0f} ms after it was due (timeAdded {taint.get('timeAdded')}"
             f"{f' + {toleration_s}s' if toleration_s else ''})"]
 
