@@ -92,27 +92,38 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int | None) else EXIT_USAGE
-    socket_path = args.socket or os.environ.get(SOCKET_ENV)
-    if not socket_path:
-        print(f"{parser.prog}: error: no session: pass --socket or set {SOCKET_ENV}", file=sys.stderr)
-        return EXIT_USAGE
-    op = request.pop("op")
-    try:
-        response = ControlClient(socket_path).call(op, **request)
-    except (OSError, ValueError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-        print(f"{parser.prog}: error: cannot reach the session at {socket_path}: {reason} "
-              "(is the session still running?)", file=sys.stderr)
-        return EXIT_USAGE
-    if args.json:
-        print(json.dumps(response, indent=1, sort_keys=True))
-    if not response.get("ok"):
-        print(f"{parser.prog}: error: {response.get('error', 'refused')}", file=sys.stderr)
+    op = request["op"]
+    response = session_call(parser.prog, args.socket, request, as_json=args.json)
+    if response is None:
         return EXIT_USAGE
     if not args.json:
         for line in render(op, response):
             print(line)
     return EXIT_OK
+
+
+def session_call(prog: str, socket_arg: str | None, request: dict[str, Any], timeout_s: float = 5.0,
+                 as_json: bool = False) -> dict[str, Any] | None:
+    """One request to a live session's control socket; None (the error printed) when it failed or refused."""
+    socket_path = socket_arg or os.environ.get(SOCKET_ENV)
+    if not socket_path:
+        print(f"{prog}: error: no session: pass --socket or set {SOCKET_ENV}", file=sys.stderr)
+        return None
+    fields = dict(request)
+    op = fields.pop("op")
+    try:
+        response = ControlClient(socket_path, timeout_s).call(op, **fields)
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        print(f"{prog}: error: cannot reach the session at {socket_path}: {reason} "
+              "(is the session still running?)", file=sys.stderr)
+        return None
+    if as_json:
+        print(json.dumps(response, indent=1, sort_keys=True))
+    if not response.get("ok"):
+        print(f"{prog}: error: {response.get('error', 'refused')}", file=sys.stderr)
+        return None
+    return response
 
 
 def render(op: str, response: dict[str, Any]) -> list[str]:

@@ -12,13 +12,10 @@ $FAKELET_CONTROL_SOCKET (or --socket).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from typing import Any, NoReturn
 
-from fake_devices.cli import SOCKET_ENV
-from fake_devices.control import ControlClient
+from fake_devices.cli import SOCKET_ENV, session_call
 
 EXIT_OK, EXIT_USAGE = 0, 2
 CALL_TIMEOUT_S = 120.0  # creating pods waits for each to run (its claims prepared)
@@ -96,22 +93,8 @@ def main(command: str, argv: list[str]) -> int:
         return EXIT_USAGE
     except SystemExit as e:  # --help
         return int(e.code or 0) if isinstance(e.code, int | None) else EXIT_USAGE
-    socket_path = args.socket or os.environ.get(SOCKET_ENV)
-    if not socket_path:
-        print(f"{parser.prog}: error: no session: pass --socket or set {SOCKET_ENV}", file=sys.stderr)
-        return EXIT_USAGE
-    op = request.pop("op")
-    try:
-        response = ControlClient(socket_path, CALL_TIMEOUT_S).call(op, **request)
-    except (OSError, ValueError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err) or type(err).__name__
-        print(f"{parser.prog}: error: cannot reach the session at {socket_path}: {reason} "
-              "(is the session still running?)", file=sys.stderr)
-        return EXIT_USAGE
-    if args.json:
-        print(json.dumps(response, indent=1, sort_keys=True))
-    if not response.get("ok"):
-        print(f"{parser.prog}: error: {response.get('error', 'refused')}", file=sys.stderr)
+    response = session_call(parser.prog, args.socket, request, CALL_TIMEOUT_S, as_json=args.json)
+    if response is None:
         return EXIT_USAGE
     if not args.json:
         for line in render(response):

@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,3 +42,18 @@ def shared_kubeconfig() -> Iterator[Path]:
         yield plane.kubeconfig
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[Any]:
+    """A local control plane (etcd, kube-apiserver, kube-controller-manager) of the test module's own."""
+    from harness.controlplane import ControlPlaneUnavailable, open_control_plane
+
+    try:
+        cp = open_control_plane("local").start()
+    except ControlPlaneUnavailable as err:
+        pytest.skip(f"no API server: {str(err).splitlines()[0]}")
+    try:
+        yield cp
+    finally:
+        cp.stop()

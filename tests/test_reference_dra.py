@@ -311,20 +311,6 @@ def test_mutants_that_die_or_stay_away(tmp: Path, hw: DeviceBackend) -> None:
 # -- with an API server ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def control_plane() -> Iterator[Any]:
-    from harness.controlplane import ControlPlaneUnavailable, open_control_plane
-
-    try:
-        cp = open_control_plane("local").start()
-    except ControlPlaneUnavailable as err:
-        pytest.skip(f"no API server: {str(err).splitlines()[0]}")
-    try:
-        yield cp
-    finally:
-        cp.stop()
-
-
 def wait_slices(client: Any, node: str, test: Callable[[list[dict]], bool], what: str) -> list[dict]:
     """The node's ResourceSlices once `test` holds, following an API watch."""
     path = f"{RESOURCE_API}/resourceslices?fieldSelector=spec.nodeName%3D{node}"

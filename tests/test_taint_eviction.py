@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.controlplane import ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.scheduler import PodClaim
 from harness.controlplane.taints import rule_version
 from harness.draenv import DRAEnv
@@ -24,31 +23,19 @@ from harness.subjects import load_subject
 RUN_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="module")
-def plane():
-    try:
-        cp = open_control_plane("local").start()
-    except ControlPlaneUnavailable as err:
-        pytest.skip(f"no API server: {str(err).splitlines()[0]}")
-    try:
-        yield cp
-    finally:
-        cp.stop()
-
-
-def test_the_local_control_plane_runs_the_eviction_controllers(plane):
-    described = plane.describe()
-    assert plane.controllers_error == ""
+def test_the_local_control_plane_runs_the_eviction_controllers(control_plane):
+    described = control_plane.describe()
+    assert control_plane.controllers_error == ""
     assert described["controllers"] == "device-taint-eviction-controller,resourceclaim-controller"
-    assert rule_version(plane.client()) == "v1beta2"  # served on 1.36 with DRADeviceTaintRules
+    assert rule_version(control_plane.client()) == "v1beta2"  # served on 1.36 with DRADeviceTaintRules
 
 
-def test_node_lease_pod_worker_and_pod_resources(plane):
-    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=plane)
+def test_node_lease_pod_worker_and_pod_resources(control_plane):
+    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=control_plane)
     try:
         env.start()
         env.wait_allocatable(1)
-        client = plane.client()
+        client = control_plane.client()
         node = client.get(f"/api/v1/nodes/{env.node_name}")
         ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}
         assert ready["Ready"] == "True" and node["status"]["allocatable"]["pods"] == "110"
@@ -114,10 +101,10 @@ def test_scenario_bad_input_is_one_line_and_exit_2(tmp_path, args):
     assert not (tmp_path / "out").exists()
 
 
-def test_session_controls_taint_and_pods(plane):
+def test_session_controls_taint_and_pods(control_plane):
     from harness.sessionops import ClusterOps
 
-    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=plane)
+    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=control_plane)
     try:
         env.start()
         env.wait_allocatable(1)
@@ -141,8 +128,8 @@ def test_session_controls_taint_and_pods(plane):
         env.close()
 
 
-def test_a_template_claim_runs_and_goes_with_its_pod(plane):
-    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=plane)
+def test_a_template_claim_runs_and_goes_with_its_pod(control_plane):
+    env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=control_plane)
     try:
         env.start()
         env.wait_allocatable(1)
