@@ -77,7 +77,7 @@ def run_args(spec: SubjectSpec, request: pytest.FixtureRequest) -> list[str]:
     if not spec.is_dra:
         return []
     # Most of a DRA mutant run is waiting out bounds (T) on checks it fails: more jobs, same CPU.
-    return ["--jobs", "3", "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
+    return ["--jobs", "4", "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
 
 
 @pytest.mark.slow

@@ -69,7 +69,6 @@ class NodeStatus:
         self.extended = extended or dict
         self.status_period_s = status_period_s
         self._stop = threading.Event()
-        self._kick = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_resources: dict[str, Any] | None = None
 
@@ -82,14 +81,9 @@ class NodeStatus:
 
     def stop(self) -> None:
         self._stop.set()
-        self._kick.set()
         if self._thread is not None:
             self._thread.join(timeout=RETRY_S + 5)
             self._thread = None
-
-    def update_now(self) -> None:
-        """Post status at once (a device manager change), as the kubelet's fast node-status path does."""
-        self._kick.set()
 
     # -- registration -------------------------------------------------------------------------
 
@@ -113,21 +107,21 @@ class NodeStatus:
 
     def _run(self) -> None:
         renew_s = NODE_LEASE_DURATION_S * LEASE_RENEW_FRACTION
-        next_status = next_lease = 0.0
+        next_lease = 0.0
+        next_status = time.monotonic() + self.status_period_s  # register() has just posted it
         while not self._stop.is_set():
             now = time.monotonic()
             try:
                 if now >= next_lease:
                     self.renew_lease()
                     next_lease = now + renew_s
-                if now >= next_status or self._kick.is_set():
-                    self._kick.clear()
+                if now >= next_status:
                     self.post_status()
                     next_status = now + self.status_period_s
             except (ApiError, OSError) as err:
                 self.timeline.record("api.error", "kubelet", what="node status", error=str(err))
                 next_status = next_lease = now + RETRY_S
-            self._kick.wait(max(0.0, min(next_status, next_lease) - time.monotonic()))
+            self._stop.wait(max(0.0, min(next_status, next_lease) - time.monotonic()))
 
     def _resources(self) -> dict[str, Any]:
         capacity, allocatable = dict(BASE_CAPACITY), dict(BASE_CAPACITY)

@@ -260,8 +260,6 @@ class PodWorker:
         with self._lock:
             sync = self._pods.get(uid)
             if sync is None:
-                if _meta(pod).get("deletionTimestamp") and not pod_ref(pod)["uid"]:
-                    return
                 self.timeline.record("pod.seen", "kubelet", pod=_meta(pod).get("name"), pod_uid=uid,
                                      claims=claim_names(pod))
                 self._pods[uid] = _PodSync(self, pod)
