@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cdispecs import defined_devices
+from harness.cdispecs import left_for_claim
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import PodClaim
@@ -153,11 +153,11 @@ def run(env: DRAEnv, story: Story, toleration_s: int | None = None) -> list[str]
     env.wait_pod("pod.deleted", pod, killing.t_ns, f"the kubelet to finish pod {name}'s deletion",
                  env.profile.reaction_s)
     story.step(f"the kubelet finished the deletion of {name} (grace period 0)")
-    left = {c: f for c, f in defined_devices(env.sandbox.cdi_dir).items() if c in cdi_ids}
+    left = left_for_claim(env.sandbox.cdi_dir, uid, cdi_ids)
     if left:
         raise AssertionError(f"expected the driver to remove claim {uid}'s CDI devices on unprepare; still defined: "
                              + ", ".join(f"{c} in {f}" for c, f in sorted(left.items())))
-    story.step(f"the claim's CDI devices are gone ({', '.join(cdi_ids) or 'it had none'})")
+    story.step(f"the claim's own CDI devices are gone (of {', '.join(cdi_ids) or 'none'}: those named after it)")
     story.step(f"claim {claim['metadata']['name']} {claim_released(env, claim)} by the resource-claim controller")
     return [f"eviction {late_ms:.0f} ms after it was due (timeAdded {taint.get('timeAdded')}"
             f"{f' + {toleration_s}s' if toleration_s else ''})"]
