@@ -392,6 +392,12 @@ class DRAEnv(DPEnv):
         except DRAError as err:  # the driver failed the kubelet: a verdict, not a harness error
             raise AssertionError(f"expected the kubelet to prepare pod {pod['name']}'s claims; saw: {err}") from None
 
+    def prepared_cdi_ids(self, claim: dict[str, Any]) -> list[str]:
+        """The CDI IDs the kubelet's claim cache holds for `claim` ([] when it is not prepared)."""
+        prepared = self.node.dra.claims() if self.node.dra is not None else {}
+        key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+        return prepared[key].cdi_ids if key in prepared else []
+
     @staticmethod
     def claim_ref(claim: dict[str, Any]) -> tuple[str, str, str]:
         meta = claim["metadata"]

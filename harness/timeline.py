@@ -63,6 +63,11 @@ def _cut(value: Any) -> str:
     return f"{text[:DESCRIBE_VALUE_CHARS]}… ({len(text) - DESCRIBE_VALUE_CHARS} more characters)"
 
 
+def wall_time(event: Event) -> float:
+    """The event's wall-clock time (stamps are monotonic), for comparing with times the API server wrote."""
+    return time.time() - (time.monotonic_ns() - event.t_ns) / 1e9
+
+
 class Timeline:
     def __init__(self) -> None:
         self._events: list[Event] = []

@@ -9,6 +9,8 @@ without a selector matches nothing.
 
 from __future__ import annotations
 
+import calendar
+import time
 from typing import Any
 
 from harness.controlplane.client import ApiError, KubeClient
@@ -98,6 +100,11 @@ def device_taints(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 
 def blocking(taints: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [t for t in taints if t.get("effect") in BLOCKING]
+
+
+def time_added(taint: dict[str, Any]) -> float:
+    """A taint's timeAdded (RFC 3339, whole seconds as the server stores it) as a Unix time."""
+    return float(calendar.timegm(time.strptime(str(taint["timeAdded"]), "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def describe_taint(taint: dict[str, Any]) -> str:

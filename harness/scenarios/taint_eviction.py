@@ -12,7 +12,6 @@ the first step that does not happen ends the story with its reason.
 
 from __future__ import annotations
 
-import calendar
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +21,9 @@ from harness.cdispecs import left_for_claim
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import PodClaim
-from harness.controlplane.taints import NO_EXECUTE, describe_taint, device_taints
+from harness.controlplane.taints import NO_EXECUTE, describe_taint, device_taints, time_added
 from harness.draenv import DRAEnv
-from harness.timeline import Event, WaitTimeout
+from harness.timeline import WaitTimeout, wall_time
 
 NAME = "taint-eviction"
 TITLE = "a NoExecute taint on a device under a running pod: eviction, unprepare, CDI cleanup, deallocation"
@@ -44,14 +43,6 @@ class Story:
         line = f"+{time.monotonic() - self.began:7.3f}s  {text}"
         self.steps.append(line)
         self.say(line)
-
-
-def _wall(event: Event) -> float:
-    return time.time() - (time.monotonic_ns() - event.t_ns) / 1e9
-
-
-def _stamp(value: str) -> float:
-    return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def _driver_taint(env: DRAEnv, device: str, since: int) -> dict[str, Any] | None:
@@ -112,9 +103,7 @@ def run(env: DRAEnv, story: Story, toleration_s: int | None = None) -> list[str]
     (pool, device), = env.allocated_devices(claim, env.driver)
     name = pod["metadata"]["name"]
     tolerated = f", tolerating NoExecute for {toleration_s}s" if toleration_s is not None else ""
-    prepared = env.node.dra.claims() if env.node.dra is not None else {}
-    key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-    cdi_ids = prepared[key].cdi_ids if key in prepared else []
+    cdi_ids = env.prepared_cdi_ids(claim)
     story.step(f"pod {name} running on {pool}/{device} (claim {claim['metadata']['name']} prepared{tolerated})")
 
     since = env.now()
@@ -131,13 +120,13 @@ def run(env: DRAEnv, story: Story, toleration_s: int | None = None) -> list[str]
         story.step(f"the driver publishes no NoExecute taint for an overheated device here; DeviceTaintRule "
                    f"{rule['metadata']['name']} ({env.taint_rules.version}) taints {device} "
                    f"{describe_taint(taint)}, timeAdded {taint.get('timeAdded')}")
-    added = _stamp(str(taint["timeAdded"]))
+    added = time_added(taint)
     due = added + (toleration_s or 0)
     story.step(f"eviction due at timeAdded+{toleration_s or 0}s, in {max(0.0, due - time.time()):.1f}s")
 
     wait_s = max(0.0, due - time.time()) + env.profile.reaction_s
     killing = env.wait_pod("pod.killing", pod, since, f"pod {name} evicted", wait_s)
-    late_ms = (_wall(killing) - due) * 1000
+    late_ms = (wall_time(killing) - due) * 1000
     story.step(f"pod {name} deleted by the device-taint eviction controller, {late_ms:.0f} ms after it was due")
     uid = claim["metadata"]["uid"]
     unprepare = env.timeline.wait_for(lambda e: e.kind == "dra.unprepare" and uid in (e.get("claims") or []),

@@ -11,7 +11,6 @@ controller manager runs.
 
 from __future__ import annotations
 
-import calendar
 import time
 from typing import Any
 
@@ -19,9 +18,16 @@ from harness.cdispecs import left_for_claim
 from harness.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
 from harness.controlplane.allocator import AllocationError
 from harness.controlplane.scheduler import PodClaim, claim_body
-from harness.controlplane.taints import NO_EXECUTE, NO_SCHEDULE, blocking, describe_taint, device_taints
+from harness.controlplane.taints import (
+    NO_EXECUTE,
+    NO_SCHEDULE,
+    blocking,
+    describe_taint,
+    device_taints,
+    time_added,
+)
 from harness.draenv import DRAEnv
-from harness.timeline import Event
+from harness.timeline import Event, wall_time
 from suites.dra.common import published
 
 EVICT_KEY = "fakelet.example.com/evict"  # the harness's own taint key in the rules it creates
@@ -33,15 +39,6 @@ SLICE_KINDS = ("api.slices", "device.fail", "device.recover", "device.heat", "de
 
 def taints_of(event: Event) -> dict[str, list[dict[str, Any]]]:
     return device_taints(event.get("slices") or [])
-
-
-def wall_time(event: Event) -> float:
-    """The event's wall-clock time (timeline stamps are monotonic): for comparing with a taint's timeAdded."""
-    return time.time() - (time.monotonic_ns() - event.t_ns) / 1e9
-
-
-def parse_time(stamp: str) -> float:
-    return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def current_slices(env: DRAEnv) -> Event:
@@ -157,7 +154,7 @@ def _evicted_cleanly(env: DRAEnv, pod: dict, claim: dict, since: int) -> Event:
     dra = env.node.dra
     assert dra is not None
     key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
-    cdi_ids = dra.claims()[key].cdi_ids if key in dra.claims() else []
+    cdi_ids = env.prepared_cdi_ids(claim)
     killing = env.wait_pod("pod.killing", pod, since, f"pod {name} evicted (deleted by the device-taint eviction "
                            "controller) after a NoExecute taint on its device",
                            env.profile.reaction_s)
@@ -198,7 +195,7 @@ def test_eviction(dra_env: DRAEnv) -> None:
     t = env.now()
     rule = env.taint_rules.add(f"{env.node_name}-evict", {"key": EVICT_KEY, "effect": NO_EXECUTE},
                                driver=env.driver, pool=pool)
-    added = parse_time(rule["spec"]["taint"]["timeAdded"])
+    added = time_added(rule["spec"]["taint"])
     first = _evicted_cleanly(env, evicted, evicted_claim, t)
     env.note(f"untolerated: evicted {(wall_time(first) - added) * 1000:.0f} ms after the taint's timeAdded")
     if delayed is not None:
@@ -294,7 +291,7 @@ def test_eviction_cancelled(dra_env: DRAEnv) -> None:
         env.devices.recover(device)
         not_applicable(f"the driver published no NoExecute taint on {device} when it failed")
     assert tainted is not None
-    added = min(parse_time(x["timeAdded"]) for x in taints_of(tainted)[device]
+    added = min(time_added(x) for x in taints_of(tainted)[device]
                 if x.get("effect") == NO_EXECUTE and x.get("timeAdded"))
     env.devices.recover(device)
     t = env.now()
