@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError, KubeClient
+from harness.controlplane.taints import rule_matches
 from harness.timeline import Timeline
 
 REQUEST_NAME = "req-0"  # the one request create_claim makes (harness/DRA-CONTRACTS.md)
@@ -150,23 +151,14 @@ class Allocator:
                 used.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
         return used
 
-    def _rule_taints(self, driver: str) -> list[tuple[str | None, str | None, dict]]:
-        """(pool, device, taint) for every DeviceTaintRule that can select this driver's devices; None matches any."""
+    def _rules(self) -> list[dict]:
+        """Every DeviceTaintRule; none where the server does not serve them."""
         try:
-            rules = self.client.list(DEVICE_TAINT_RULES)
+            return self.client.list(DEVICE_TAINT_RULES)
         except ApiError as err:
-            if err.status == 404:  # the server does not serve DeviceTaintRules: none apply
+            if err.status == 404:
                 return []
             raise
-        taints = []
-        for rule in rules:
-            spec = rule.get("spec") or {}
-            sel = spec.get("deviceSelector")
-            # "Without a selector, no devices are matched" (resource/v1beta2 DeviceTaintSelector); like the
-            # eviction controller's ruleMatchesDevice, only driver, pool and device select.
-            if sel is not None and sel.get("driver") in (None, driver) and spec.get("taint"):
-                taints.append((sel.get("pool"), sel.get("device"), spec["taint"]))
-        return taints
 
     def allocate(self, claim: dict, node: str, driver: str, pod: dict) -> dict:
         """Allocate `claim` on `node` from `driver`'s devices and reserve it for `pod` {"name", "uid"}."""
@@ -209,7 +201,7 @@ class Allocator:
         ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
         pools = self._complete_pools(driver, node)
         used = self._in_use(_meta(claim).get("uid", ""))
-        rule_taints = self._rule_taints(driver)
+        rules = self._rules()
         results: list[dict[str, str]] = []
         for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or []:
             exactly = request.get("exactly")
@@ -229,7 +221,7 @@ class Allocator:
                             skipped.append(f"{pool}/{device['name']} (allocated to another claim)")
                             continue
                         taints = [*(device.get("taints") or []),
-                                  *(t for p, d, t in rule_taints if p in (None, pool) and d in (None, device["name"]))]
+                                  *(r["spec"]["taint"] for r in rules if rule_matches(r, driver, pool, device["name"]))]
                         taint = _blocking_taint(taints, tolerations)
                         if taint is not None:
                             skipped.append(f"{pool}/{device['name']} (taint {taint.get('key')}="

@@ -89,6 +89,17 @@ class TaintRules:
                 pass
 
 
+def rule_matches(rule: dict[str, Any], driver: str, pool: str, device: str) -> bool:
+    """Whether a DeviceTaintRule selects this device (devicetainteviction ruleMatchesDevice): only driver,
+    pool and device select, and a rule without a selector matches nothing."""
+    spec = rule.get("spec") or {}
+    sel = spec.get("deviceSelector")
+    if sel is None or not spec.get("taint"):
+        return False
+    return sel.get("driver") in (None, driver) and sel.get("pool") in (None, pool) and \
+        sel.get("device") in (None, device)
+
+
 def device_taints(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Device name -> the taints its driver publishes on it (ResourceSlice spec.devices[].taints)."""
     out: dict[str, list[dict[str, Any]]] = {}

@@ -49,6 +49,7 @@ from inotify_simple import INotify
 from inotify_simple import flags as IN
 
 from harness.controlplane.base import RESOURCE_API
+from harness.controlplane.taints import RULE_VERSIONS, rule_matches
 from harness.grpcutil import unix_target
 from harness.reference import cdi
 from harness.reference.dra_checkpoint import Checkpoint
@@ -569,19 +570,14 @@ class ReferenceDriver:
                 return True
         if self.client is None:
             return False
-        for version in ("v1beta2", "v1alpha3"):
+        for version in RULE_VERSIONS:
             try:
                 rules = self.client.list(f"/apis/resource.k8s.io/{version}/devicetaintrules")
             except (self.api_error, OSError):
                 continue
-            for rule in rules:
-                spec = rule.get("spec") or {}
-                sel = spec.get("deviceSelector")
-                if sel is None or (spec.get("taint") or {}).get("effect") != NO_EXECUTE:
-                    continue
-                if sel.get("driver") in (None, self.driver) and sel.get("pool") in (None, self.pool) and \
-                        (sel.get("device") is None or sel.get("device") in names):
-                    return True
+            if any(((rule.get("spec") or {}).get("taint") or {}).get("effect") == NO_EXECUTE
+                   and any(rule_matches(rule, self.driver, self.pool, name) for name in names) for rule in rules):
+                return True
             return False
         return False
 
