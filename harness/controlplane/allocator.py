@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError, KubeClient
-from harness.controlplane.taints import rule_matches
+from harness.controlplane.taints import TaintRules, TaintRulesUnavailable, rule_matches
 from harness.timeline import Timeline
 
 REQUEST_NAME = "req-0"  # the one request create_claim makes (harness/DRA-CONTRACTS.md)
@@ -26,8 +26,6 @@ ALLOCATION_EXACT_COUNT = "ExactCount"
 ALLOCATION_ALL = "All"
 # k8s.io/api resource/v1 types.go DeviceTaintEffect values that keep a device from being allocated
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-# k8s.io/api resource/v1beta2: DeviceTaintRule (feature gate DRADeviceTaintRules) taints devices cluster-wide
-DEVICE_TAINT_RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 NODE_NAME_FIELD = "metadata.name"  # what the scheduler's nodeSelector matchFields name a node by
 CLAIM_FINALIZER = "resource.kubernetes.io/delete-protection"  # k8s.io/api resource/v1 Finalizer
 CONFLICT_RETRIES = 3  # status writes race other writers of the same claim; re-read and try again
@@ -64,6 +62,7 @@ def _blocking_taint(taints: list[dict], tolerations: list[dict]) -> dict | None:
 class Allocator:
     def __init__(self, client: KubeClient, timeline: Timeline | None = None) -> None:
         self.client, self.timeline = client, timeline
+        self._taint_rules: TaintRules | None = None  # probes the served version once
 
     # -- objects the checks need around a claim ----------------------------------------------
 
@@ -152,13 +151,14 @@ class Allocator:
         return used
 
     def _rules(self) -> list[dict]:
-        """Every DeviceTaintRule; none where the server does not serve them."""
+        """Every DeviceTaintRule (cluster-wide taints, feature gate DRADeviceTaintRules); none where the server
+        serves no version of them."""
+        if self._taint_rules is None:
+            self._taint_rules = TaintRules(self.client)
         try:
-            return self.client.list(DEVICE_TAINT_RULES)
-        except ApiError as err:
-            if err.status == 404:
-                return []
-            raise
+            return self.client.list(self._taint_rules.path())
+        except TaintRulesUnavailable:
+            return []
 
     def allocate(self, claim: dict, node: str, driver: str, pod: dict) -> dict:
         """Allocate `claim` on `node` from `driver`'s devices and reserve it for `pod` {"name", "uid"}."""

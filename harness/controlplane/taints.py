@@ -65,19 +65,19 @@ class TaintRules:
             self._version = rule_version(self.client)
         return self._version
 
-    def _path(self, name: str = "") -> str:
+    def path(self, name: str = "") -> str:
         base = f"/apis/{GROUP}/{self.version}/{RULE_RESOURCE}"
         return f"{base}/{name}" if name else base
 
     def add(self, name: str, taint: dict[str, Any], driver: str | None = None, pool: str | None = None,
             device: str | None = None) -> dict[str, Any]:
         """The rule as stored (its taint's timeAdded set by the server)."""
-        rule = self.client.create(self._path(), rule_body(name, self.version, taint, driver, pool, device))
+        rule = self.client.create(self.path(), rule_body(name, self.version, taint, driver, pool, device))
         self.created.append(name)
         return rule
 
     def remove(self, name: str) -> None:
-        self.client.delete(self._path(name))
+        self.client.delete(self.path(name))
         if name in self.created:
             self.created.remove(name)
 
