@@ -26,16 +26,25 @@ INSTALL_MARK = " [install: "  # a skip reason's tail: the one command that insta
 # Every check defined so far, by ID: filled as suite modules are imported.
 CATALOG: dict[str, tuple[str, str]] = {}
 CHECK_MODULES: dict[str, str] = {}  # check ID -> the module that defines it
+# Checks that judge only what any kubelet shows (Node status, pods, the runtime): they run on the real
+# kubelet too (`fakelet run --node real`, `fakelet fidelity`). Every other check judges the kubelet's side
+# of the gRPC wire or injects a fault into the kubelet itself, which only the fake kubelet can do.
+REAL_KUBELET: set[str] = set()
+FAKE_ONLY_REASON = ("on the real kubelet: this check reads the kubelet's side of the gRPC wire or injects a fault "
+                    "into the kubelet, which only the fake kubelet can; the DP-NODE checks judge the plugin by "
+                    "what the real kubelet does")
 
 
-def check(check_id: str, level: str, title: str) -> Any:
+def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False) -> Any:
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
     if check_id in CATALOG:
         raise ValueError(f"{check_id}: defined twice")
     CATALOG[check_id] = (level, title)
     CHECK_MODULES[check_id] = sys._getframe(1).f_globals.get("__name__", "")
-    return pytest.mark.fakelet_check(id=check_id, level=level, title=title)
+    if real_kubelet:
+        REAL_KUBELET.add(check_id)
+    return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet)
 
 
 def catalog(suite_package: str) -> dict[str, tuple[str, str]]:

@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     run.add_argument("--require", action="append", default=[], metavar="ID|AREA",
                      help="a check ID or area (DP-HLT) that must be exercised: not exercised fails the run")
+    run.add_argument("--node", default="fake", choices=["fake", "real"],
+                     help="whose kubelet the checks run on: fake (fakelet's own, default) or real (kubelet v1.36 "
+                          "built from the Go module proxy, with containerd, in a private namespace; root only)")
     run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                      help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
                           "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
@@ -192,7 +195,7 @@ def build_run(args: argparse.Namespace, subject: str | None, out: str | None) ->
                            mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
                            kubelet_version=args.kubelet_version, control_plane=args.control_plane,
                            overrides=overrides(args), require=getattr(args, "require", []),
-                           reaction_bound=getattr(args, "reaction_bound", None))
+                           reaction_bound=getattr(args, "reaction_bound", None), node=getattr(args, "node", "fake"))
 
 
 def check_one_subject(args: argparse.Namespace) -> None:
@@ -352,8 +355,8 @@ def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = Fal
 
 
 def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
-    """Start one local API server for every DRA run, instead of one per check process."""
-    if not any(r.spec.is_dra and r.control_plane == "local" for r in runs):
+    """Start one local API server for every DRA or real-kubelet run, instead of one per check process."""
+    if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
         return None
     try:
         plane = open_control_plane("local").start()

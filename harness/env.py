@@ -24,6 +24,7 @@ from harness.listing import HEALTHY, UNHEALTHY, Listing, wait_settled
 from harness.node import FakeNode
 from harness.probe import ProbeClient
 from harness.profiles import Profile
+from harness.realnode.localnode import LocalNode, NodeAccess
 from harness.sandbox import Sandbox
 from harness.subjects import (
     EMPTY_OK,
@@ -50,12 +51,15 @@ class SubjectUnavailable(RuntimeError):
 
 class DPEnv:
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
-                 binary: str | None = None, artifacts: Path | None = None) -> None:
+                 binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None
+                 ) -> None:
+        """`real_node` puts the checks on a real kubelet (harness/realnode) joined to that API server."""
         if defect is not None and defect not in spec.defects:
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
                                f"known: {', '.join(spec.defects) or 'none'}")
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
         self.binary, self.artifacts = binary, artifacts
+        self.real_node = real_node
         self.timeline = Timeline()
         self.sandbox = Sandbox()
         self.node = self._make_node()
@@ -64,6 +68,7 @@ class DPEnv:
         self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
         # What the check learned besides its verdict, handed to the report at teardown.
         self.notes: list[str] = []  # per check: slow reactions, the device mapping used
+        self.measured: dict[str, float] = {}  # per check: reaction times, seconds (the fidelity table's)
         self.facts: dict[str, Any] = {}  # per subject: files read, mapping, device nodes
         self.findings: list[str] = []  # per subject: e.g. detached processes
         self.cleanup: list[str] = []  # what containment had to clean up after the plugin
@@ -81,7 +86,10 @@ class DPEnv:
 
     # -- setup -------------------------------------------------------------
 
-    def _make_node(self) -> FakeNode:
+    def _make_node(self) -> FakeNode | LocalNode:
+        if self.real_node is not None:
+            return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
+                             self.real_node.client)
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile)
 
     def _namespace_binds(self) -> dict[str, str]:
@@ -205,6 +213,9 @@ class DPEnv:
                 self.timeline.dump(str(self.artifacts / "timeline.json"))
                 if self.subject.log_path.exists():
                     shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
+                for log in ("kubelet.log", "containerd.log"):  # the real node's
+                    if (self.sandbox.path / "node" / log).is_file():
+                        shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
             self.sandbox.close()
 
     def _gather_facts(self) -> None:
@@ -332,6 +343,12 @@ class DPEnv:
         tail = self.subject.log_tail(lines).strip()
         said = "\n".join("    " + line[:300] for line in tail.splitlines()) if tail else "    (no output)"
         return f"the plugin exited with code {first.get('returncode')} at {self.at(first)}; its last output:\n{said}"
+
+    def measure(self, what: str, event: Event, since_ns: int) -> float:
+        """Keep how long `what` took, from `since_ns` to `event`, for the report."""
+        took = round((event.t_ns - since_ns) / 1e9, 3)
+        self.measured[what] = took
+        return took
 
     def note(self, text: str) -> None:
         if text not in self.notes:

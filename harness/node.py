@@ -31,7 +31,8 @@ from harness.kubelet.podworker import PodWorker
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
 from harness.profiles import Profile
-from harness.timeline import Timeline
+from harness.realnode.view import ContainerView, view_of_responses
+from harness.timeline import Event, Timeline
 
 if TYPE_CHECKING:
     from harness.controlplane.client import KubeClient
@@ -58,6 +59,10 @@ class Node(Protocol):
     def start_pod(self, pod: str) -> None: ...
     def pod_devices(self, pod: str) -> dict[str, list[str]]: ...
     def allocated_resources_status(self, pod: str) -> dict[str, list[dict]]: ...
+    def container_view(self, pod: str) -> ContainerView: ...
+    def delete_pod(self, pod: str) -> None: ...
+    def wait_resource(self, resource: str, test: Callable[[int | None, int | None], bool], since_ns: int,
+                      timeout_s: float, awaiting: str) -> Event: ...
 
 
 class FakeNode:
@@ -83,6 +88,7 @@ class FakeNode:
         self.node_status: NodeStatus | None = None
         self.pod_worker: PodWorker | None = None
         self.pod_resources: PodResourcesServer | None = None
+        self._admitted: dict[str, list[ContainerAllocation]] = {}
 
     @property
     def kubelet_socket(self) -> Path:
@@ -95,6 +101,10 @@ class FakeNode:
     @property
     def running(self) -> bool:
         return self.manager is not None
+
+    @property
+    def instance(self) -> int | None:
+        return self.manager.instance if self.manager is not None else None
 
     def start_kubelet(self, arm: Callable[[DeviceManager], object] | None = None, *,
                       arm_dra: Callable[[DRAManager], object] | None = None,
@@ -212,7 +222,30 @@ class FakeNode:
 
     def admit_pod(self, pod: str, requests: dict[str, int], container: str = "main") -> list[ContainerAllocation]:
         manager = self._require()
-        return [manager.admit(pod, container, resource, n) for resource, n in requests.items()]
+        allocations = [manager.admit(pod, container, resource, n) for resource, n in requests.items()]
+        self._admitted.setdefault(pod, []).extend(allocations)
+        return allocations
+
+    def container_view(self, pod: str) -> ContainerView:
+        """What this kubelet hands the runtime for the pod's container: the Allocate responses merged
+        (upstream devicemanager DeviceRunContainerOptions), device nodes by the major:minor of their host path."""
+        return view_of_responses([a.response for a in self._admitted.get(pod, [])])
+
+    def delete_pod(self, pod: str) -> None:
+        self._admitted.pop(pod, None)
+        if self.manager is not None:
+            self.manager.remove_pod(pod)
+
+    def wait_resource(self, resource: str, test: Callable[[int | None, int | None], bool], since_ns: int,
+                      timeout_s: float, awaiting: str) -> Event:
+        """The first change after `since_ns`, by the running kubelet instance, that leaves capacity and
+        allocatable of `resource` passing `test`."""
+        instance = self.instance
+        return self.timeline.wait_for(
+            lambda e: e.kind == "kubelet.devices" and e.get("resource") == resource
+            and e.get("instance") == instance and test(e.get("capacity"), e.get("allocatable")),
+            timeout_s, awaiting, since_ns, relevant=("kubelet.devices", "kubelet.register", "kubelet.start",
+                                                     "kubelet.stop", "kubelet.stream_end"))
 
     def start_pod(self, pod: str) -> None:
         """Start the pod's containers: the kubelet calls PreStartContainer where required."""

@@ -12,6 +12,9 @@
 - `--keep PATH`: PATH stays visible even when a private dir hides it (the plugin
   binary, the interpreter, the sandbox paths the plugin was given): it is bound
   back into place from the original.
+- `--shared DIR`: DIR (a private dir or a bind) becomes a shared mount, recursively, once
+  everything is in place. The real kubelet wants its root dir shared and, when it is not,
+  bind-mounts it onto itself (non-recursively), which would hide the binds under it.
 - `--proc`: a fresh procfs at /proc, for a plugin in its own PID namespace.
 - `--init`: run PROGRAM under harness/nsinit.py's PID-1 loop instead of exec'ing it.
 
@@ -45,6 +48,7 @@ MS_NOEXEC = 8
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_SHARED = 1 << 20
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -213,6 +217,7 @@ def main(args: Sequence[str] | None = None) -> int:
     parser.add_argument("--bind", action="append", default=[], metavar="SRC:DST")
     parser.add_argument("--private", action="append", default=[], metavar="DIR")
     parser.add_argument("--keep", action="append", default=[], metavar="PATH")
+    parser.add_argument("--shared", action="append", default=[], metavar="DIR")
     parser.add_argument("--proc", action="store_true", help="mount a fresh /proc (in a new PID namespace)")
     parser.add_argument("--init", action="store_true", help="run the program under nsinit as PID 1")
     parser.add_argument("--report-fd", type=int, help="nsinit's report pipe")
@@ -226,6 +231,9 @@ def main(args: Sequence[str] | None = None) -> int:
     # Resolved against the host's view, before anything is hidden.
     cwd = os.path.realpath(os.getcwd())
     setup(binds, ns.private, ns.keep)
+    for path in ns.shared:
+        # Peers only within this namespace: / was made private first, so nothing reaches the host.
+        mount(None, os.path.realpath(path), None, MS_REC | MS_SHARED)
     # The same directory as the new view shows it (our own process still sits in the
     # old one, which may be hidden now); / as a container's default when it is gone.
     os.chdir(cwd if os.path.isdir(cwd) else "/")

@@ -20,10 +20,12 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.checks import NOT_APPLICABLE, NOT_EXERCISED, split_install
+from harness.checks import FAKE_ONLY_REASON, NOT_APPLICABLE, NOT_EXERCISED, not_exercised, split_install
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.draenv import DRAEnv
 from harness.env import DPEnv, SubjectUnavailable
+from harness.realnode.localnode import NodeAccess
+from harness.realnode.localnode import unavailable as realnode_unavailable
 from harness.runconfig import (
     SHARED_CONTROL_PLANE_ENV,
     UNAVAILABLE,
@@ -49,7 +51,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "fakelet_binary": None, "fakelet_kind": None, "fakelet_driver": None, "fakelet_kubelet_version": "default",
     "fakelet_control_plane": "local", "fakelet_inventory": None, "fakelet_skin": None, "fakelet_env": [],
     "fakelet_pass_env": [], "fakelet_private_dir": [], "fakelet_device_ids": None, "fakelet_observes": [],
-    "fakelet_require": [], "fakelet_reaction_bound": None,
+    "fakelet_require": [], "fakelet_reaction_bound": None, "fakelet_node": "fake",
 }
 
 
@@ -88,6 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="backend changes the plugin observes: health,temperature,hotplug")
     add("--fakelet-require", action="append", default=[], metavar="ID|AREA",
         help="a check ID or area that must be exercised (not exercised fails the run)")
+    add("--fakelet-node", default="fake", help="whose kubelet: fake (fakelet's, default) or real (v1.36, local)")
     add("--fakelet-reaction-bound", type=float, metavar="SECONDS",
         help="hold the plugin to this bound instead of the kubelet's (kill matrices)")
 
@@ -117,7 +120,8 @@ def run_from_options(opt: Any) -> RunConfig:
         plugin_cmd=opt.fakelet_plugin_cmd, resource=opt.fakelet_resource, driver=opt.fakelet_driver,
         mount_namespace=opt.fakelet_mount_namespace, binary=opt.fakelet_binary, kind=opt.fakelet_kind,
         kubelet_version=opt.fakelet_kubelet_version, control_plane=opt.fakelet_control_plane,
-        overrides=_overrides(opt), require=opt.fakelet_require, reaction_bound=opt.fakelet_reaction_bound)
+        overrides=_overrides(opt), require=opt.fakelet_require, reaction_bound=opt.fakelet_reaction_bound,
+        node=opt.fakelet_node)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -137,6 +141,8 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
     return item.get_closest_marker("fakelet_check")
 
 
+DRA_REAL_REASON = ("on the real kubelet: the DRA checks read the kubelet's side of the gRPC wire or drive "
+                   "its DRA manager; `fakelet fidelity` runs a real pod with a claim on the real kubelet")
 DETAIL_CAP_CHARS = 16_000  # one verdict's detail in every report format
 
 
@@ -170,9 +176,11 @@ class Collector:
         mark = _marker(request.node)
         check_id = mark.kwargs["id"] if mark else request.node.name
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
+        real_node = self._real_node(request, mark) if self.run.node == "real" else None
         try:
             binary = self.run.resolve_binary()
-            env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts)
+            env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
+                        real_node=real_node)
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:
@@ -182,6 +190,18 @@ class Collector:
                 env.close()
             finally:
                 report_env(request, env)
+
+    def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> NodeAccess:
+        """Where the real kubelet joins, or end the check: not exercised there, or skipped with why not."""
+        if mark is None or not mark.kwargs.get("real_kubelet"):
+            not_exercised(FAKE_ONLY_REASON)
+        why = realnode_unavailable()
+        if why:
+            pytest.skip(f"real kubelet: {why}")
+        plane, why = request.getfixturevalue("fakelet_control_plane")
+        if plane is None:
+            pytest.skip(f"real kubelet: no API server to join ({why})")
+        return NodeAccess(plane.kubeconfig, plane.client())
 
     @pytest.fixture(scope="session")
     def fakelet_control_plane(self) -> Iterator[tuple[ControlPlane | None, str]]:
@@ -208,6 +228,9 @@ class Collector:
         mark = _marker(request.node)
         check_id = mark.kwargs["id"] if mark else request.node.name
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
+        if self.run.node == "real":
+            # DRA on the real kubelet runs in the fidelity suite (tests/test_fidelity.py), as far as it goes here.
+            not_exercised(DRA_REAL_REASON)
         plane, why = fakelet_control_plane
         try:
             binary = self.run.resolve_binary()
@@ -297,6 +320,8 @@ class Collector:
                     self.negotiated.setdefault(api, set()).add(version)
             elif key == "fakelet_notes" and check_id in self.results:
                 self.results[check_id].notes.extend(n for n in value if n not in self.results[check_id].notes)
+            elif key == "fakelet_measured" and check_id in self.results:
+                self.results[check_id].measured.update(value)
             elif key == "fakelet_facts":
                 for name, fact in value.items():
                     self.facts[name] = merge_fact(self.facts.get(name), fact)
@@ -344,7 +369,7 @@ class Collector:
         missing = sorted(set(self.selected) - set(self.results))
         return SubjectReport(
             subject=self.run.spec.name, defect=self.run.defect, profile=self.run.profile.name,
-            seed=self.run.seed, kind=self.run.spec.kind, fakelet_version=fakelet_version(),
+            seed=self.run.seed, kind=self.run.spec.kind, node=self.run.node, fakelet_version=fakelet_version(),
             api_versions=self.api_versions(), timings=self.run.profile.describe(),
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
@@ -398,6 +423,7 @@ def merge_fact(old: Any, new: Any) -> Any:
 def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:
     """Hand what the check's world learned to wherever reports are gathered (xdist-safe properties)."""
     request.node.user_properties.append(("fakelet_notes", list(env.notes)))
+    request.node.user_properties.append(("fakelet_measured", dict(getattr(env, "measured", {}))))
     request.node.user_properties.append(("fakelet_facts", dict(env.facts)))
     request.node.user_properties.append(("fakelet_findings", list(env.findings)))
     request.node.user_properties.append(("fakelet_cleanup", list(getattr(env, "cleanup", []))))

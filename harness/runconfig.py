@@ -65,6 +65,19 @@ SHARED_CONTROL_PLANE_ENV = "FAKELET_SHARED_CONTROL_PLANE"
 CONFIG_FORMAT = 1  # bump when a serialized RunConfig changes incompatibly
 
 
+NODES = ("fake", "real")
+
+
+def check_node(node: str, control_plane: str) -> str:
+    if node not in NODES:
+        raise ProfileError(f"--node {node!r}: choose one of {', '.join(NODES)}")
+    if node == "real" and control_plane != "local":
+        # A real kubelet joins the API server it is given as a Node: never someone's cluster by accident.
+        raise ProfileError(f"--node real runs its kubelet against fakelet's local API server; "
+                           f"drop --control-plane {control_plane}")
+    return node
+
+
 def check_control_plane(spec: str) -> str:
     if spec in ("local", "none") or spec.startswith(UNAVAILABLE):
         return spec
@@ -372,6 +385,7 @@ class RunConfig:
     binary: str | None = None  # as given with --binary; a built one is kept apart (not part of the repro)
     kubelet_version: KubeletVersion = field(default_factory=lambda: get_kubelet_version("default"))
     control_plane: str = "local"
+    node: str = "fake"  # whose kubelet the checks run on: fakelet's, or a real one (harness/realnode)
     subject_file: str | None = None  # absolute path, when the subject came from --subject-file
     plugin_cmd: str | None = None  # as given, when the subject came from --plugin-cmd
     overrides: Overrides = field(default_factory=Overrides)
@@ -387,7 +401,7 @@ class RunConfig:
               kind: str | None = None, kubelet_version: str = "default", control_plane: str = "local", *,
               subject_file: str | None = None, driver: str | None = None,
               overrides: Overrides | None = None, require: list[str] | None = None,
-              reaction_bound: float | None = None) -> RunConfig:
+              reaction_bound: float | None = None, node: str = "fake") -> RunConfig:
         """Validate every input; a ProfileError (or ValueError) names the flag or file:line: field.
 
         `kind` None means "not given" (device-plugin for --plugin-cmd; an error with a subject).
@@ -411,7 +425,8 @@ class RunConfig:
                    out=Path(out) if out else None, binary=binary, kubelet_version=get_kubelet_version(kubelet_version),
                    control_plane=check_control_plane(control_plane),
                    subject_file=str(Path(subject_file).resolve()) if subject_file else None,
-                   plugin_cmd=plugin_cmd, overrides=overrides, require=check_require(require or []))
+                   plugin_cmd=plugin_cmd, overrides=overrides, require=check_require(require or []),
+                   node=check_node(node, control_plane))
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
@@ -518,6 +533,8 @@ class RunConfig:
                 parts += ["--control-plane", self.control_plane]
         if self.defect:
             parts += ["--defect", self.defect]
+        if self.node != "fake":
+            parts += ["--node", self.node]
         if self.profile.shortened:
             parts += ["--reaction-bound", f"{self.profile.reaction_s:g}"]
         parts += ["--profile", self.profile.name, "--seed", str(self.seed), "--check", check_id]

@@ -46,6 +46,9 @@ class CheckResult:
     # The one command that installs what a skipped check needed, when fakelet knows it.
     install: str = ""
     required: bool = False  # --require: not exercised fails the run
+    # Reaction times the check measured, in seconds (registration, re-registration, health): `fakelet fidelity`
+    # sets the fake kubelet's beside the real one's.
+    measured: dict[str, float] = field(default_factory=dict)
 
     def counts_against(self) -> bool:
         """Whether this verdict makes the run NOT CONFORMANT."""
@@ -59,6 +62,7 @@ class SubjectReport:
     seed: int
     defect: str | None = None
     kind: str = "device-plugin"
+    node: str = "fake"  # whose kubelet: fakelet's, or a real one (--node real)
     fakelet_version: str = "0"
     api_versions: dict[str, str] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)

@@ -218,6 +218,8 @@ class DeviceManager:
             # (manager.go readCheckpoint): capacity 0 until the plugin re-registers.
             for resource in data.registered:
                 self._resources[resource] = ResourceState(endpoint=None, stopped_at=time.monotonic())
+        for resource in data.registered:
+            self._record_devices(resource, "restored")
 
     def _write_checkpoint(self) -> None:
         with self._checkpoint_lock:

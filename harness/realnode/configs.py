@@ -1,0 +1,78 @@
+"""containerd's and the kubelet's configuration for a LocalNode.
+
+Each setting that departs from a default says why; the ones this kind of
+machine needs were measured here (cgroup v1, not a full cgroup of its own, see
+../shared/design.md "Observed on a real kubelet").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+NODE_STATUS_S = 1  # how often the kubelet posts node status; upstream's default is 10 s (see status_note)
+STATUS_NOTE = (f"the real kubelet posts node status every {NODE_STATUS_S}s here (nodeStatusUpdateFrequency; "
+               "upstream's default is 10s), so capacity changes reach the API server within that")
+
+
+def containerd_toml(socket: Path, image: str) -> str:
+    """containerd 1.6's config: CRI on `socket`, state under the namespace's private dirs."""
+    return f"""version = 2
+# /var/lib/containerd and /run/containerd are private tmpfs mounts of the node's namespace.
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  # Outside the private dirs, so that the harness (and ctr) reach it from the host.
+  address = "{socket}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  # Built and imported locally (image.py): no registry is reachable.
+  sandbox_image = "{image}"
+  # Not in a full cgroup of our own here: containerd may only raise oom_score_adj.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    # overlayfs is not always allowed inside a namespace; "native" copies, and the image is 2 MB.
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+
+
+def kubelet_config(runtime_socket: Path, cgroup_root: str, port: int,
+                   feature_gates: dict[str, bool] | None = None) -> str:
+    """A KubeletConfiguration (kubelet.config.k8s.io/v1beta1), as JSON (YAML's subset)."""
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # cgroup v1 here: 1.35+ refuses to start on it unless told not to.
+        "failCgroupV1": False,
+        # No systemd in the sandbox: the cgroupfs driver.
+        "cgroupDriver": "cgroupfs",
+        # Pods' cgroups (kubepods/...) go under a root of this node's own, which LocalNode makes
+        # first and removes when it closes. (Without QoS cgroups the kubelet passes no parent and
+        # containerd puts containers under /k8s.io, shared with any other CRI client.)
+        "cgroupsPerQOS": True,
+        "cgroupRoot": cgroup_root,
+        "failSwapOn": False,
+        "containerRuntimeEndpoint": f"unix://{runtime_socket}",
+        # Only the harness talks to this kubelet: its API on loopback, on a port of its own (0 means
+        # the default 10250, which a second node would find taken); no read-only or healthz port.
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "address": "127.0.0.1", "port": port, "readOnlyPort": 0, "healthzPort": 0,
+        "nodeStatusUpdateFrequency": f"{NODE_STATUS_S}s",
+        "nodeStatusReportFrequency": f"{NODE_STATUS_S}s",
+        # The host's disk and memory are not this node's: never evict for them, never GC the image.
+        "evictionHard": {},
+        "imageGCHighThresholdPercent": 100,
+        "localStorageCapacityIsolation": False,
+        "resolvConf": "",
+        "registerNode": True,
+        "featureGates": feature_gates or {},
+    }
+    return json.dumps(config, indent=2) + "\n"
