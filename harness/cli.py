@@ -33,17 +33,19 @@ import tempfile
 from pathlib import Path
 
 from fake_devices.cli import main as devices_main
+from harness import fidelity
 from harness.checks import catalog
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.profiles import PROFILES
+from harness.realnode.localnode import unavailable as realnode_unavailable
 from harness.reaper import claim, reap
 from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Overrides, RunConfig, parse_observes
 from harness.scenarios.runner import SCENARIOS, run_scenario
 from harness.session import Session
 from harness.sessioncli import main as session_main
 from harness.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
-from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, SubjectReport, run_status
+from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
 from reports.writers import write_all
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
@@ -104,6 +106,7 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
 
 
 DEFAULT_SCENARIO_SUBJECT = "reference-dra"
+MUTANT_BOUND_S = 8.0  # fidelity: the real kubelet reacts within its 1 s node-status period here
 MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
 
 
@@ -129,6 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                      help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
                           "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
+    fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
+                              "and write a verdict table (root, containerd)")
+    fid.add_argument("--subject", action="append", default=[], metavar="NAME",
+                     help="a subject to compare (repeatable; default: the targets in fixtures/fidelity.yaml)")
+    fid.add_argument("--defect", help="run the --subject(s) as this mutant")
+    fid.add_argument("--targets", metavar="PATH",
+                     help="a targets file of your own (fixtures/fidelity.yaml's form)")
+    fid.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    fid.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    fid.add_argument("--mutant-bound", type=float, default=MUTANT_BOUND_S, metavar="SECONDS",
+                     help=f"reaction bound for mutants, as the kill matrix uses (default {MUTANT_BOUND_S:g}); the "
+                          "reference and benign behaviours keep the kubelet's own")
+    fid.add_argument("--out", default="fakelet-fidelity", help="report directory (default ./fakelet-fidelity)")
+    fid.add_argument("-j", "--jobs", type=int, default=2, help="checks run in parallel (default 2)")
+    fid.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     up = sub.add_parser("up", help="run one live session (kubelet, subject, fake devices) until Ctrl-C")
     _add_subject_flags(up, many=False)
     _add_one_off_flags(up)
@@ -503,6 +521,38 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     return EXIT_CODES[report.status()]
 
 
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    if not 1 <= args.jobs <= max_jobs():
+        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    if args.defect and not args.subject:
+        raise UsageError("--defect needs --subject")
+    if args.subject and args.targets:
+        raise UsageError("give either --subject or --targets, not both")
+    why = realnode_unavailable()
+    if why:
+        raise UsageError(f"fidelity needs a real kubelet, and this machine cannot run one: {why}")
+    targets, known = fidelity.load_targets(Path(args.targets) if args.targets else fidelity.default_targets_file())
+    if args.subject:
+        targets = [fidelity.Target(s, args.defect) for s in args.subject]
+    out = check_out(args.out)
+    reap_dead_runs()
+    fresh_out(out)
+
+    try:
+        table = fidelity.run(args, targets, known, out, run_one, shared_control_plane,
+                             lambda line: print(line, flush=True))
+    except Interrupted:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+        return 130
+    finally:
+        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+    gaps = table.gaps()
+    print(f"\nwall time: fake {table.wall_s['fake']:.1f}s, real {table.wall_s['real']:.1f}s; "
+          f"{len(gaps)} unexplained difference(s)")
+    print(f"table: {out}/fidelity.md")
+    return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
+
+
 def cmd_checks() -> int:
     for kind, package in SUITES.items():
         for check_id, (level, title) in catalog(package).items():
@@ -533,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_up(args)
         if args.command == "scenario":
             return cmd_scenario(args)
+        if args.command == "fidelity":
+            return cmd_fidelity(args)
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)

@@ -141,5 +141,10 @@ class NodeNamespace:
                 os.kill(self.init_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        holder.kill()
-        holder.wait(STOP_GRACE_S)
+        try:
+            # unshare reaps its child (the namespace's PID 1, which the kernel lets go only once
+            # everything inside is gone) and exits: killing it first would orphan that zombie.
+            holder.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait(STOP_GRACE_S)
