@@ -32,6 +32,7 @@ from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.node import FakeNode, NodeApi
 from harness.profiles import Profile
+from harness.realnode.localnode import LocalNode, NodeAccess
 from harness.subjects import SubjectSpec
 from harness.timeline import Event
 
@@ -64,7 +65,7 @@ class DRAEnv(DPEnv):
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
                  binary: str | None = None, artifacts: Path | None = None, *,
                  kubelet_version: KubeletVersion | None = None, control_plane: ControlPlane | None = None,
-                 control_plane_error: str = "no API server configured") -> None:
+                 control_plane_error: str = "no API server configured", real_node: NodeAccess | None = None) -> None:
         if spec.needs_api and control_plane is None:
             raise SubjectUnavailable(with_install(
                 f"subject {spec.name} cannot start without an API server: {control_plane_error}",
@@ -87,20 +88,24 @@ class DRAEnv(DPEnv):
         self._slice_stop = threading.Event()
         self._slice_thread: threading.Thread | None = None
         self._api_objects = False
-        super().__init__(spec, profile, defect, seed, binary, artifacts)
+        super().__init__(spec, profile, defect, seed, binary, artifacts, real_node=real_node)
         self.driver = spec.driver or spec.resource
         self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
-        self.scheduler = Scheduler(self.allocator) if self.allocator is not None else None
+        runnable = self.node.runnable if isinstance(self.node, LocalNode) else None
+        self.scheduler = Scheduler(self.allocator, runnable) if self.allocator is not None else None
         self.taint_rules = TaintRules(self.client) if self.client is not None else None
 
     # -- setup -------------------------------------------------------------
 
-    def _make_node(self) -> FakeNode:
+    def _make_node(self) -> FakeNode | LocalNode:
         # plugins/<driver> too: DaemonSets mount it with DirectoryOrCreate, and some drivers
         # (the upstream e2e test driver) only create its parent.
         own = self.sandbox.plugins_dir / (self.spec.driver or self.spec.resource)
         for d in (self.sandbox.registry_dir, self.sandbox.plugins_dir, own, self.sandbox.cdi_dir, self.driver_state):
             d.mkdir(parents=True, exist_ok=True)
+        if self.real_node is not None:
+            return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
+                             self.real_node.client, node_name=self.node_name)
         api = NodeApi(self.client, self.node_name) if self.client is not None else None
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
                         registry_dir=self.sandbox.registry_dir, kubelet_version=self.kubelet_version,

@@ -31,7 +31,7 @@ from harness.kubelet.podworker import PodWorker
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
 from harness.profiles import Profile
-from harness.realnode.view import ContainerView, view_of_responses
+from harness.realnode.view import ContainerView, runtime_refusals, view_of_responses
 from harness.timeline import Event, Timeline
 
 if TYPE_CHECKING:
@@ -228,8 +228,15 @@ class FakeNode:
 
     def container_view(self, pod: str) -> ContainerView:
         """What this kubelet hands the runtime for the pod's container: the Allocate responses merged
-        (upstream devicemanager DeviceRunContainerOptions), device nodes by the major:minor of their host path."""
-        return view_of_responses([a.response for a in self._admitted.get(pod, [])])
+        (upstream devicemanager DeviceRunContainerOptions), device nodes by the major:minor of their host path.
+
+        What containerd and runc would refuse of it (view.py runtime_refusals) means no container:
+        AdmissionError, as the real node reports CreateContainerError."""
+        responses = [a.response for a in self._admitted.get(pod, [])]
+        refused = runtime_refusals(responses)
+        if refused:
+            raise AdmissionError(f"CreateContainerError: the runtime refuses the container: {'; '.join(refused)}")
+        return view_of_responses(responses)
 
     def delete_pod(self, pod: str) -> None:
         self._admitted.pop(pod, None)

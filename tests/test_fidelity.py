@@ -165,3 +165,42 @@ def test_fidelity_refuses_node_real_against_someone_elses_cluster(tmp_path: Path
         RunConfig.build(subject="reference-dp", node="real", control_plane=f"kubeconfig:{kubeconfig}")
     with pytest.raises(ProfileError, match="--node 'imaginary'"):
         RunConfig.build(subject="reference-dp", node="imaginary")
+
+
+def claim_devices(cdi_dir: Path, uid: str) -> dict[str, str]:
+    """The CDI devices defined in spec files of this claim (the driver's prepare writes them)."""
+    from harness.cdispecs import defined_devices
+    return {d: f for d, f in defined_devices(cdi_dir).items() if uid in d or uid in Path(f).name}
+
+
+@real
+def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unprepares(plane) -> None:
+    """As far as DRA goes on this machine: the reference driver registers with the real kubelet, a real
+    pod with a claim runs (so the kubelet prepared it), a kubelet restart keeps it running, and deleting
+    the pod unprepares the claim (its CDI spec goes). containerd 1.6 does not inject CDI devices into
+    containers (CDI support came with containerd 1.7), so what the container got is not checked."""
+    from harness.controlplane.scheduler import PodClaim
+    from harness.draenv import DRAEnv
+    from harness.realnode.localnode import NodeAccess
+    from harness.subjects import load_subject
+    env = DRAEnv(load_subject("reference-dra"), get_profile("fast"), control_plane=plane,
+                 real_node=NodeAccess(plane.kubeconfig, plane.client()))
+    try:
+        env.start()
+        env.wait_dra_registered()  # read off the real kubelet's log: a pod before that waits out back-offs
+        env.wait_slices(lambda e: bool(e.get("devices")), "the driver's ResourceSlices")
+        pod, claims = env.run_pod([PodClaim("gpu")])
+        uid = claims[0]["metadata"]["uid"]
+        assert claim_devices(env.sandbox.cdi_dir, uid), "no CDI spec for the prepared claim"
+        t = env.now()
+        env.node.restart_kubelet()
+        # The restarted kubelet finds the pod running and leaves it so (its claim stays prepared).
+        env.node.wait_resource("none", lambda c, a: True, t, 30, "a Node status from the restarted kubelet")
+        status = env.client.get(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}")
+        assert status["status"]["phase"] == "Running"
+        t = env.now()
+        env.delete_pod(pod)
+        env.wait_pod("pod.deleted", pod, t, "the pod gone after the kubelet unprepared its claim", 60)
+        assert claim_devices(env.sandbox.cdi_dir, uid) == {}, "the claim's CDI spec outlived its unprepare"
+    finally:
+        env.close()

@@ -11,6 +11,7 @@ controllers see exactly the objects a real cluster would have. Pods carry
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +73,11 @@ def pod_body(namespace: str, name: str, claims: dict[str, str], templates: dict[
 class Scheduler:
     """Creates pods with claims of their own and schedules them onto one node."""
 
-    def __init__(self, allocator: Allocator) -> None:
+    def __init__(self, allocator: Allocator, runnable: Callable[[dict], dict] | None = None) -> None:
+        """`runnable` adapts a pod for a node that really runs containers (LocalNode.runnable)."""
         self.allocator = allocator
         self.client = allocator.client
+        self.runnable = runnable or (lambda pod: pod)
 
     def create_pod(self, namespace: str, name: str, device_class: str,
                    claims: list[PodClaim]) -> tuple[dict, list[dict]]:
@@ -84,7 +87,8 @@ class Scheduler:
             body = claim_body(namespace, f"{name}-{c.name}", device_class, c.count, c.tolerations)
             made[c.name] = self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", body)
         pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
-                                 pod_body(namespace, name, {k: v["metadata"]["name"] for k, v in made.items()}))
+                                 self.runnable(pod_body(namespace, name,
+                                                        {k: v["metadata"]["name"] for k, v in made.items()})))
         return pod, list(made.values())
 
     def create_pod_from_template(self, namespace: str, name: str, device_class: str, claim: PodClaim,
@@ -97,7 +101,7 @@ class Scheduler:
         self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates",
                            template_body(namespace, template, device_class, claim.count, claim.tolerations))
         pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
-                                 pod_body(namespace, name, {}, {claim.name: template}))
+                                 self.runnable(pod_body(namespace, name, {}, {claim.name: template})))
         generated = self._generated_claim(pod, claim.name, timeout_s)
         return pod, [self.client.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{generated}")]
 

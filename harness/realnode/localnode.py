@@ -62,6 +62,17 @@ POD_START_TIMEOUT_S = 60.0  # a pod on the local image: sandbox, container, star
 PODRES_TIMEOUT_S = 10.0
 KUBELET_STOP_GRACE_S = 10.0
 CGROUP_FS = "/sys/fs/cgroup"
+# Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
+LOG_EVENTS = (
+    # cm/devicemanager/plugin/v1beta1/server.go Register()
+    (re.compile(r'"Got registration request from device plugin with resource" resourceName="(?P<resource>[^"]+)"'),
+     "kubelet.register_received"),
+    # cm/dra/plugin/dra_plugin_manager.go: the driver's gRPC connection is up (it registered)
+    (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*connected=true'), "dra.registered"),
+)
+# kubelet pkg/kubelet/container/sync_result.go and images/types.go: a container that will not start
+CONTAINER_REFUSALS = ("CreateContainerError", "CreateContainerConfigError", "RunContainerError",
+                      "ErrImageNeverPull", "PreStartHookError")
 CGROUP_PREFIX = "fakelet-node-"
 CGROUP_REMOVE_TIMEOUT_S = 10.0
 CGROUP_RETRY_S = 0.05
@@ -144,6 +155,15 @@ class NodeAccess:
     client: KubeClient
 
 
+def _refused(pod_event: Event) -> str:
+    """The runtime's refusal of a container, as the kubelet reports it (the pod stays Pending)."""
+    for c in pod_event.get("containers") or []:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in CONTAINER_REFUSALS:
+            return f"{waiting['reason']}: {waiting.get('message', '')[:400]}"
+    return ""
+
+
 @dataclass
 class _Pod:
     name: str
@@ -173,6 +193,7 @@ class LocalNode:
         self.kubelet_binary: Path | None = None
         self.kubelet_version: str | None = None
         self._pods: dict[str, _Pod] = {}
+        self._running: set[str] = set()  # pod UIDs seen Running
         self._status: dict[str, Any] = {}  # the Node's status as last watched
         # The Node's resourceVersion once the previous kubelet had exited: a status newer than
         # this one was written by the current kubelet (a dead one's last write lands before).
@@ -222,8 +243,7 @@ class LocalNode:
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
         Allocator(client=self.client).ensure_namespace(NAMESPACE)
         self._watch(f"/api/v1/nodes?fieldSelector=metadata.name={self.node_name}", self._on_node)
-        self._watch(f"/api/v1/namespaces/{NAMESPACE}/pods?fieldSelector=spec.nodeName={self.node_name}",
-                    self._on_pod)
+        self._watch(f"/api/v1/pods?fieldSelector=spec.nodeName={self.node_name}", self._on_pod)
         return self
 
     def _start_runtime(self) -> None:
@@ -264,12 +284,20 @@ class LocalNode:
         self.kubelet = self.namespace.enter("kubelet", [
             str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
             "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
-        ], self.workdir / "kubelet.log")
+        ], self.workdir / "kubelet.log", on_line=self._on_log)
         self.timeline.record("kubelet.start", "kubelet", instance=self.starts, real=True,
                              socket=str(self.kubelet_socket), pid=self.kubelet.pid)
         watcher = threading.Thread(target=self._watch_exit, args=(self.kubelet, self.starts), daemon=True,
                                    name=f"realnode-kubelet-{self.starts}")
         watcher.start()
+
+    def _on_log(self, line: str) -> None:
+        """The real kubelet's own word for what the fake kubelet records of registrations."""
+        for pattern, kind in LOG_EVENTS:
+            match = pattern.search(line)
+            if match:
+                self.timeline.record(kind, "kubelet", instance=self.starts, real=True, **match.groupdict(),
+                                     line=line[:300])
 
     def _watch_exit(self, kubelet: Daemon, instance: int) -> None:
         """A kubelet that exits on its own is on the timeline with its last words: waits end on it."""
@@ -364,6 +392,13 @@ class LocalNode:
 
     def _on_pod(self, kind: str, pod: dict) -> None:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        uid = meta.get("uid")
+        # The fake pod worker's event kinds, so that DRAEnv's waits read both kubelets alike.
+        if kind == "DELETED":
+            self.timeline.record("pod.deleted", "node", pod=meta.get("name"), pod_uid=uid)
+        elif status.get("phase") == "Running" and uid not in self._running:
+            self._running.add(uid)
+            self.timeline.record("pod.running", "node", pod=meta.get("name"), pod_uid=uid)
         self.timeline.record("node.pod", "node", pod=meta.get("name"), pod_uid=meta.get("uid"),
                              change=kind, phase=status.get("phase"), reason=status.get("reason"),
                              message=(status.get("message") or "")[:300],
@@ -397,22 +432,27 @@ class LocalNode:
 
     # -- pods ------------------------------------------------------------------------------------
 
+    @staticmethod
+    def runnable(pod: dict) -> dict:
+        """`pod` made runnable here: the local image (no registry), host network (no CNI), short grace."""
+        spec = pod["spec"]
+        spec.update({"hostNetwork": True, "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": 1, "tolerations": [{"operator": "Exists"}]})
+        for c in spec["containers"]:
+            c.update({"image": image.IMAGE_REF, "imagePullPolicy": "Never"})
+        return pod
+
     def _pod_body(self, name: str, requests: dict[str, int], container: str) -> dict:
         limits = {k: str(v) for k, v in requests.items()}
-        return {
+        return self.runnable({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "fakelet"}},
             "spec": {
                 "nodeName": self.node_name,  # no scheduler: straight to this kubelet
-                "hostNetwork": True,  # no CNI here
-                "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 1,
                 "restartPolicy": "Never",
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": container, "image": image.IMAGE_REF, "imagePullPolicy": "Never",
-                                "resources": {"limits": limits, "requests": limits}}],
+                "containers": [{"name": container, "resources": {"limits": limits, "requests": limits}}],
             },
-        }
+        })
 
     def admit_pod(self, pod: str, requests: dict[str, int], container: str = "main") -> list[ContainerAllocation]:
         """Create a Pod on this node asking for `requests`; once it runs, what each resource gave it.
@@ -425,9 +465,12 @@ class LocalNode:
         uid = created["metadata"]["uid"]
         self._pods[pod] = _Pod(name, uid, container)
         settled = self.timeline.wait_for(
-            lambda e: e.kind == "node.pod" and e.get("pod_uid") == uid and e.get("phase") in ("Running", "Failed",
-                                                                                            "Succeeded"),
+            lambda e: e.kind == "node.pod" and e.get("pod_uid") == uid and (
+                e.get("phase") in ("Running", "Failed", "Succeeded") or bool(_refused(e))),
             POD_START_TIMEOUT_S, f"pod {name} running on the real kubelet", since, relevant=("node.pod",))
+        refused = _refused(settled)
+        if refused:
+            raise AdmissionError(refused)
         if settled.get("phase") != "Running":
             raise AdmissionError(f"{settled.get('reason') or 'pod ' + str(settled.get('phase'))}: "
                                  f"{settled.get('message')}")

@@ -17,8 +17,11 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from harness.launchers import _die_with_parent, _helper, unshare_prefix
 
@@ -37,6 +40,15 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except (OSError, ValueError):
         return []
+
+
+def _pump(stream: IO[bytes], log: Path, on_line: Callable[[str], None]) -> None:
+    """Copy a daemon's output to its log, line by line, handing each line on; ends at EOF (its exit)."""
+    with stream, open(log, "ab") as out:
+        for raw in stream:
+            out.write(raw)
+            out.flush()
+            on_line(raw.decode(errors="replace").rstrip("\n"))
 
 
 class Daemon:
@@ -105,15 +117,19 @@ class NodeNamespace:
             raise NamespaceError(f"the node's namespace did not start: {tail}") from None
         return self
 
-    def enter(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> Daemon:
-        """Start `argv` inside the namespace, its output appended to `log`."""
+    def enter(self, name: str, argv: list[str], log: Path, on_line: Callable[[str], None] | None = None) -> Daemon:
+        """Start `argv` inside the namespace, its output appended to `log` (and each line to `on_line`)."""
         assert self.init_pid is not None
         cmd = [self.nsenter, f"--target={self.init_pid}", "--mount", "--pid", "--", *argv]
         with open(log, "ab") as out:
             out.write(f"--- {' '.join(argv)}\n".encode())
             out.flush()
-            outer = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env=env)
+            outer = subprocess.Popen(cmd, stdout=out if on_line is None else subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        if on_line is not None:
+            assert outer.stdout is not None
+            threading.Thread(target=_pump, args=(outer.stdout, log, on_line), daemon=True,
+                             name=f"realnode-log-{name}").start()
         deadline = time.monotonic() + CHILD_TIMEOUT_S
         while True:
             children = _children(outer.pid)

@@ -42,3 +42,21 @@ def view_of_responses(responses: list[dict[str, Any]]) -> ContainerView:
             view.mounts[m.get("container_path", "")] = m.get("host_path", "")
         view.env.update(r.get("envs") or {})
     return view
+
+
+def runtime_refusals(responses: list[dict[str, Any]]) -> list[str]:
+    """What containerd and runc refuse of the merged Allocate responses, as the real node shows them
+    (the container stays in CreateContainerError): paths in the container must be absolute (the OCI
+    runtime spec, config.md "mounts"/"devices"), and a device's host path must be a device node
+    (runc libcontainer/devices DeviceFromPath: "not a device node")."""
+    out = []
+    for r in responses:
+        for d in r.get("devices") or []:
+            if not str(d.get("container_path", "")).startswith("/"):
+                out.append(f"device container path {d.get('container_path')!r} is not absolute")
+            if device_number(d.get("host_path", "")) == (-1, -1):
+                out.append(f"device host path {d.get('host_path')!r} is not a device node")
+        for m in r.get("mounts") or []:
+            if not str(m.get("container_path", "")).startswith("/"):
+                out.append(f"mount destination {m.get('container_path')!r} is not absolute")
+    return out

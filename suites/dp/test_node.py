@@ -11,16 +11,20 @@ re-registration after a restart, health), for the fidelity table.
 from __future__ import annotations
 
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.checks import MUST, check, expect, not_exercised
 from harness.env import DPEnv
+from harness.node import AdmissionError
 from harness.probe import ProbeClient
+from harness.realnode.configs import NODE_STATUS_S
 from harness.realnode.view import device_number
-from harness.timeline import Event
+from harness.timeline import Event, WaitTimeout
 
 Test = Callable[[int | None, int | None], bool]
+HOLD_S = NODE_STATUS_S  # a state must last one real node-status period to count (wait_held)
 
 
 def device_count(env: DPEnv) -> int | None:
@@ -38,10 +42,32 @@ def describe(n: int | None) -> str:
     return f"capacity and allocatable {n}" if n is not None else "allocatable above 0, equal to capacity"
 
 
+def wait_held(env: DPEnv, test: Test, since_ns: int, awaiting: str) -> Event:
+    """The first time the Node's capacity and allocatable pass `test` and keep passing for HOLD_S.
+
+    Held, not glimpsed: the real kubelet reports node status once a period, so a state that lasts
+    less than that (devices listed, then the stream closed 0.1 s later) never reaches the API server;
+    the fake kubelet, which sees every change, is held to the same."""
+    deadline = time.monotonic() + env.profile.reaction_s
+    resource = env.spec.resource
+    while True:
+        reached = env.node.wait_resource(resource, test, since_ns, max(deadline - time.monotonic(), 0.001),
+                                         awaiting)
+        try:
+            broken = env.node.wait_resource(resource, lambda cap, alloc: not test(cap, alloc), reached.t_ns,
+                                            HOLD_S, "")
+        except WaitTimeout:
+            return reached
+        since_ns = broken.t_ns
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"expected {awaiting}, held for {HOLD_S:g}s; it held only until "
+                                 f"{env.at(broken)} ({broken.get('capacity', '')} {broken.get('allocatable', '')})"
+                                 .rstrip())
+
+
 def wait_advertised(env: DPEnv, since_ns: int, after: str) -> Event:
     n = device_count(env)
-    return env.node.wait_resource(env.spec.resource, all_advertised(n), since_ns, env.profile.reaction_s,
-                                  f"{env.spec.resource} with {describe(n)} on the Node {after}")
+    return wait_held(env, all_advertised(n), since_ns, f"{env.spec.resource} with {describe(n)} on the Node {after}")
 
 
 def started(env: DPEnv) -> Event:
@@ -86,13 +112,13 @@ def test_node_follows_health(dp_env: DPEnv) -> None:
     resource = env.spec.resource
     t = env.now()
     env.devices.fail(target)
-    down = env.node.wait_resource(resource, lambda cap, alloc: alloc == n - 1, t, env.profile.reaction_s,
-                                  f"allocatable {n - 1} of {resource} on the Node after {target} failed")
+    down = wait_held(env, lambda cap, alloc: alloc == n - 1, t,
+                     f"allocatable {n - 1} of {resource} on the Node after {target} failed")
     env.measure("health: failure to allocatable", down, t)
     t = env.now()
     env.devices.recover(target)
-    up = env.node.wait_resource(resource, lambda cap, alloc: alloc == n, t, env.profile.reaction_s,
-                                f"allocatable {n} of {resource} on the Node after {target} recovered")
+    up = wait_held(env, lambda cap, alloc: alloc == n, t,
+                   f"allocatable {n} of {resource} on the Node after {target} recovered")
     env.measure("health: recovery to allocatable", up, t)
 
 
@@ -113,15 +139,18 @@ def test_pod_gets_its_device(dp_env: DPEnv) -> None:
     env = dp_env
     started(env)
     resource = env.spec.resource
-    allocations = env.node.admit_pod("pod", {resource: 1})
-    env.node.start_pod("pod")
+    try:
+        allocations = env.node.admit_pod("pod", {resource: 1})
+        env.node.start_pod("pod")
+        got = env.node.container_view("pod")
+    except AdmissionError as err:
+        raise AssertionError(f"expected a running container with one {resource} device; saw: {err}") from None
     ids = [i for a in allocations if a.resource == resource for i in a.device_ids] or \
         env.node.pod_devices("pod").get(resource, [])
     expect(len(ids) == 1, f"one {resource} device for the pod", f"{ids}")
     # What the plugin answers for that device, asked directly (a conformant plugin answers alike each time).
     with ProbeClient(str(plugin_socket(env)), env.timeline) as probe:
         wanted = probe.allocate([ids]).container_responses[0]
-    got = env.node.container_view("pod")
     for d in wanted.devices:
         number = device_number(d.host_path)
         expect(got.devices.get(d.container_path) == number,
