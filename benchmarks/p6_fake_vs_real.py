@@ -41,7 +41,7 @@ SOCKET_WAIT_S = 30.0
 
 
 def check_set(out: Path) -> fidelity.Table:
-    args = argparse.Namespace(profile="fast", seed=0, jobs=1, verbose=False, mutant_bound=8.0)
+    args = argparse.Namespace(profile="fast", seed=0, jobs=1, verbose=False, mutant_bound=6.0, serial=True)
     try:
         return fidelity.run(args, [fidelity.Target("reference-dp")], [], out, run_one, shared_control_plane,
                             lambda line: None)

@@ -46,17 +46,13 @@ def view_of_responses(responses: list[dict[str, Any]]) -> ContainerView:
 
 def runtime_refusals(responses: list[dict[str, Any]]) -> list[str]:
     """What containerd and runc refuse of the merged Allocate responses, as the real node shows them
-    (the container stays in CreateContainerError): paths in the container must be absolute (the OCI
-    runtime spec, config.md "mounts"/"devices"), and a device's host path must be a device node
-    (runc libcontainer/devices DeviceFromPath: "not a device node")."""
+    (the container stays in CreateContainerError): a device whose host path is no device node (runc
+    libcontainer/devices DeviceFromPath: "not a device node"). Measured on the real node, containerd
+    1.6 with runc 1.1 accepts a relative mount destination (runc resolves it under the rootfs), so
+    that is no refusal, whatever the OCI spec says; DP-ALC-03 judges such a response on the wire."""
     out = []
     for r in responses:
         for d in r.get("devices") or []:
-            if not str(d.get("container_path", "")).startswith("/"):
-                out.append(f"device container path {d.get('container_path')!r} is not absolute")
             if device_number(d.get("host_path", "")) == (-1, -1):
                 out.append(f"device host path {d.get('host_path')!r} is not a device node")
-        for m in r.get("mounts") or []:
-            if not str(m.get("container_path", "")).startswith("/"):
-                out.append(f"mount destination {m.get('container_path')!r} is not absolute")
     return out
