@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inotify_simple import INotify
+from inotify_simple import flags as IN
+
 from harness.controlplane.allocator import Allocator
 from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.client import ApiError, KubeClient
@@ -61,6 +64,8 @@ RETRY_S = 0.5  # after a failed watch
 POD_START_TIMEOUT_S = 60.0  # a pod on the local image: sandbox, container, start (a few seconds here)
 PODRES_TIMEOUT_S = 10.0
 KUBELET_STOP_GRACE_S = 10.0
+KUBELET_READY_TIMEOUT_S = 60.0  # start to kubelet.sock: about 0.8 s here
+EXIT_CHECK_S = 0.5  # while waiting for kubelet.sock, how often to see whether the kubelet died instead
 CGROUP_FS = "/sys/fs/cgroup"
 # Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
 LOG_EVENTS = (
@@ -281,15 +286,34 @@ class LocalNode:
         config = self.workdir / "kubelet.json"
         config.write_text(configs.kubelet_config(self.runtime_socket, self.cgroup_root, free_port()))
         self.starts += 1
-        self.kubelet = self.namespace.enter("kubelet", [
-            str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
-            "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
-        ], self.workdir / "kubelet.log", on_line=self._on_log)
-        self.timeline.record("kubelet.start", "kubelet", instance=self.starts, real=True,
-                             socket=str(self.kubelet_socket), pid=self.kubelet.pid)
-        watcher = threading.Thread(target=self._watch_exit, args=(self.kubelet, self.starts), daemon=True,
-                                   name=f"realnode-kubelet-{self.starts}")
-        watcher.start()
+        # Watched before the kubelet runs: its start deletes every socket there, then serves a new kubelet.sock.
+        with INotify() as inotify:
+            inotify.add_watch(self.sandbox.plugin_dir, IN.CREATE | IN.MOVED_TO)
+            self.kubelet = self.namespace.enter("kubelet", [
+                str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
+                "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
+            ], self.workdir / "kubelet.log", on_line=self._on_log)
+            self.timeline.record("kubelet.start", "kubelet", instance=self.starts, real=True,
+                                 socket=str(self.kubelet_socket), pid=self.kubelet.pid)
+            watcher = threading.Thread(target=self._watch_exit, args=(self.kubelet, self.starts), daemon=True,
+                                       name=f"realnode-kubelet-{self.starts}")
+            watcher.start()
+            self._wait_serving(inotify, self.kubelet)
+
+    def _wait_serving(self, inotify: INotify, kubelet: Daemon) -> None:
+        """Return once the kubelet serves its new kubelet.sock, as the fake kubelet's start does: a plugin
+        started earlier would lose its socket to the kubelet's start-up cleanup."""
+        deadline = time.monotonic() + KUBELET_READY_TIMEOUT_S
+        while True:
+            remaining = deadline - time.monotonic()
+            if not kubelet.running or remaining <= 0:
+                why = "exited" if not kubelet.running else f"served no kubelet.sock within {KUBELET_READY_TIMEOUT_S:g}s"
+                raise RealNodeUnavailable(f"the real kubelet {why}:\n{self.kubelet_log_tail(8)}")
+            # inotify's own timeout, in milliseconds; a short one so that an exit is noticed too.
+            events = inotify.read(timeout=int(min(remaining, EXIT_CHECK_S) * 1000))
+            if any(e.name == "kubelet.sock" for e in events):
+                self.timeline.record("kubelet.serving", "kubelet", instance=self.starts, real=True)
+                return
 
     def _on_log(self, line: str) -> None:
         """The real kubelet's own word for what the fake kubelet records of registrations."""
