@@ -173,6 +173,21 @@ def claim_devices(cdi_dir: Path, uid: str) -> dict[str, str]:
     return {d: f for d, f in defined_devices(cdi_dir).items() if uid in d or uid in Path(f).name}
 
 
+def run_pod_once_published(env, claim):
+    """A pod with the claim, scheduled and running. The real kubelet wipes every ResourceSlice of its node
+    when it starts (cm/dra/plugin/dra_plugin_manager.go NewDRAPluginManager, in the background), which can
+    land after the driver's first publication: then the scheduler finds none until the driver's resync
+    publishes them again."""
+    since = env.now()
+    try:
+        return env.run_pod([claim])
+    except AssertionError as err:
+        if "no ResourceSlice" not in str(err):
+            raise
+    env.wait_slices(lambda e: bool(e.get("devices")), "the driver's slices published again", since, 60)
+    return env.run_pod([claim])
+
+
 @real
 def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unprepares(plane) -> None:
     """As far as DRA goes on this machine: the reference driver registers with the real kubelet, a real
@@ -189,7 +204,7 @@ def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unpre
         env.start()
         env.wait_dra_registered()  # read off the real kubelet's log: a pod before that waits out back-offs
         env.wait_slices(lambda e: bool(e.get("devices")), "the driver's ResourceSlices")
-        pod, claims = env.run_pod([PodClaim("gpu")])
+        pod, claims = run_pod_once_published(env, PodClaim("gpu"))
         uid = claims[0]["metadata"]["uid"]
         assert claim_devices(env.sandbox.cdi_dir, uid), "no CDI spec for the prepared claim"
         t = env.now()
