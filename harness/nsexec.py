@@ -2,7 +2,7 @@
 
     unshare --mount --propagation private [--pid --fork --kill-child] -- \\
         python -I -S harness/nsexec.py [--bind SRC:DST ...] [--private DIR ...] [--keep PATH ...] \\
-        [--proc] [--init --report-fd N] [--exec PATH] -- PROGRAM ARGS...
+        [--shared DIR ...] [--proc] [--init --report-fd N] [--exec PATH] -- PROGRAM ARGS...
 
 - `--private DIR`: an empty, writable tmpfs at DIR (the launcher passes /tmp, /run,
   /var/run/cdi and /etc/cdi, as a container has its own). Symlinks in DIR are

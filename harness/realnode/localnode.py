@@ -20,7 +20,6 @@ device IDs from the kubelet's PodResources API.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -46,9 +45,10 @@ from harness.kubelet.devicemanager import AdmissionError, ContainerAllocation
 from harness.kubelet.podresources import read_pod_resources
 from harness.profiles import Profile
 from harness.realnode import configs, image
+from harness.realnode.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups, remove_cgroups
 from harness.realnode.namespace import Daemon, NamespaceError, NodeNamespace
 from harness.realnode.view import ContainerView
-from harness.reaper import owner_tag, tag_alive
+from harness.reaper import owner_tag
 from harness.sandbox import Sandbox
 from harness.timeline import Event, Timeline
 
@@ -66,7 +66,6 @@ PODRES_TIMEOUT_S = 10.0
 KUBELET_STOP_GRACE_S = 10.0
 KUBELET_READY_TIMEOUT_S = 60.0  # start to kubelet.sock: about 0.8 s here
 EXIT_CHECK_S = 0.5  # while waiting for kubelet.sock, how often to see whether the kubelet died instead
-CGROUP_FS = "/sys/fs/cgroup"
 # Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
 LOG_EVENTS = (
     # cm/devicemanager/plugin/v1beta1/server.go Register()
@@ -78,9 +77,6 @@ LOG_EVENTS = (
 # kubelet pkg/kubelet/container/sync_result.go and images/types.go: a container that will not start
 CONTAINER_REFUSALS = ("CreateContainerError", "CreateContainerConfigError", "RunContainerError",
                       "ErrImageNeverPull", "PreStartHookError")
-CGROUP_PREFIX = "fakelet-node-"
-CGROUP_REMOVE_TIMEOUT_S = 10.0
-CGROUP_RETRY_S = 0.05
 TOOLS = {"containerd": "Debian package containerd", "ctr": "Debian package containerd",
          "containerd-shim-runc-v2": "Debian package containerd", "runc": "Debian package runc",
          "nsenter": "util-linux"}
@@ -106,50 +102,6 @@ def unavailable() -> str | None:
     except image.ImageError as err:
         return str(err)
     return None
-
-
-def _hierarchies() -> list[Path]:
-    return [h for h in Path(CGROUP_FS).iterdir() if h.is_dir() and not h.is_symlink()]
-
-
-def make_cgroups(root: str) -> None:
-    """The kubelet wants its cgroupRoot to exist in every hierarchy before it starts."""
-    for hierarchy in _hierarchies():
-        (hierarchy / root.lstrip("/")).mkdir(exist_ok=True)
-
-
-def _remove_tree(top: Path) -> bool:
-    """rmdir `top` and everything under it, deepest first; whether it is gone."""
-    for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        with contextlib.suppress(OSError):
-            path.rmdir()
-    with contextlib.suppress(OSError):
-        top.rmdir()
-    return not top.exists()
-
-
-def remove_cgroups(root: str, timeout_s: float = CGROUP_REMOVE_TIMEOUT_S) -> list[str]:
-    """Remove the node's cgroup root in every hierarchy; return what could not be removed.
-
-    Its processes are gone with the namespace, but the kernel releases a dead task's
-    cgroups a moment later (rmdir says EBUSY until then): retry, within a bound."""
-    deadline = time.monotonic() + timeout_s
-    left = [h / root.lstrip("/") for h in _hierarchies()]
-    while True:
-        left = [top for top in left if top.is_dir() and not _remove_tree(top)]
-        if not left or time.monotonic() > deadline:
-            return [str(t) for t in left]
-        time.sleep(CGROUP_RETRY_S)  # bounded by the deadline: cgroup v1 gives no "released" event
-
-
-def reap_cgroups() -> list[str]:
-    """Remove the cgroup roots of nodes whose harness died without closing them."""
-    gone = []
-    for name in sorted({p.name for h in _hierarchies() for p in h.glob(CGROUP_PREFIX + "*")}):
-        match = re.fullmatch(re.escape(CGROUP_PREFIX) + r"(\d+-\d+)-[0-9a-f]+", name)
-        if match and tag_alive(match.group(1)) is False and not remove_cgroups("/" + name, timeout_s=0):
-            gone.append(name)
-    return gone
 
 
 @dataclass(frozen=True)
