@@ -35,12 +35,13 @@ from pathlib import Path
 from fake_devices.cli import main as devices_main
 from harness import fidelity
 from harness.checks import catalog
+from harness.containers.engine import sweep as sweep_containers
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.profiles import PROFILES
 from harness.realnode.localnode import unavailable as realnode_unavailable
 from harness.reaper import claim, reap
-from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Overrides, RunConfig, parse_observes
+from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
 from harness.scenarios.runner import SCENARIOS, run_scenario
 from harness.session import Session
 from harness.sessioncli import main as session_main
@@ -73,6 +74,13 @@ def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
     p.add_argument("--mount-namespace", action="store_true",
                    help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
     p.add_argument("--binary", help="prebuilt binary for the subject's {bin}")
+    p.add_argument("--image", metavar="IMAGE[:TAG]",
+                   help="run the plugin from this container image, as its DaemonSet would (alone, with "
+                        "--resource or --kind dra --driver; with --subject/--subject-file, that subject's image)")
+    p.add_argument("--image-arg", action="append", default=None, metavar="ARG",
+                   help="an argument for the --image entrypoint (repeatable; default: the subject's command "
+                        "less its {bin}); a template like --env")
+    p.add_argument("--privileged", action="store_true", help="run the --image container privileged")
 
 
 def _add_one_off_flags(p: argparse.ArgumentParser) -> None:
@@ -194,7 +202,7 @@ def overrides(args: argparse.Namespace) -> Overrides:
 
 def subject_names(args: argparse.Namespace) -> list[str | None]:
     """The --subject names to build runs for; [None] when --plugin-cmd or --subject-file is the one subject."""
-    if args.plugin_cmd is not None or args.subject_file is not None:
+    if args.plugin_cmd is not None or args.subject_file is not None or (args.image and not args.subject):
         return [None]
     if args.subject:
         return list(args.subject)
@@ -213,7 +221,20 @@ def build_run(args: argparse.Namespace, subject: str | None, out: str | None) ->
                            mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
                            kubelet_version=args.kubelet_version, control_plane=args.control_plane,
                            overrides=overrides(args), require=getattr(args, "require", []),
-                           reaction_bound=getattr(args, "reaction_bound", None), node=getattr(args, "node", "fake"))
+                           reaction_bound=getattr(args, "reaction_bound", None), node=getattr(args, "node", "fake"),
+                           image=image_flags(args))
+
+
+def image_flags(args: argparse.Namespace) -> Image | None:
+    """--image with its --image-arg and --privileged; those two alone are errors."""
+    image = getattr(args, "image", None)
+    if image is None:
+        for flag, value in (("--image-arg", getattr(args, "image_arg", None)),
+                            ("--privileged", getattr(args, "privileged", False))):
+            if value:
+                raise UsageError(f"{flag} goes with --image")
+        return None
+    return Image(image, list(args.image_arg) if args.image_arg is not None else None, args.privileged)
 
 
 def check_one_subject(args: argparse.Namespace) -> None:
@@ -228,6 +249,8 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     check_one_subject(args)
     if args.defect and len(args.subject) > 1:
         raise UsageError("--defect applies to one --subject")
+    if args.image and len(args.subject) > 1:
+        raise UsageError("--image applies to one --subject")
     if not 1 <= args.jobs <= max_jobs():
         raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
     runs = [build_run(args, name, args.out) for name in subject_names(args)]
@@ -390,7 +413,7 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
 
 
 def reap_dead_runs() -> None:
-    removed = reap()
+    removed: list = [*reap(), *(f"container {name}" for name in sweep_containers())]
     if removed:
         print(f"fakelet: removed {len(removed)} leftover(s) of dead runs: {', '.join(map(str, removed[:5]))}"
               f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr)
@@ -507,7 +530,8 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         raise UsageError(f"--toleration-seconds {args.toleration_seconds}: must be between 0 and {MAX_TOLERATION_S}")
     check_one_subject(args)
     out = check_out(args.out)
-    chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file else DEFAULT_SCENARIO_SUBJECT)
+    chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file or args.image
+                              else DEFAULT_SCENARIO_SUBJECT)
     run = build_run(args, chosen, str(out))
     if not run.spec.is_dra:
         raise UsageError(f"scenario {args.name} needs a DRA driver; {run.spec.name} is a {run.spec.kind}")

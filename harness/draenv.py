@@ -117,7 +117,13 @@ class DRAEnv(DPEnv):
 
     @property
     def in_namespace(self) -> bool:
-        return self.spec.launcher == "mount-namespace"
+        """The driver sees the sandbox at the kubelet's host paths (a mount namespace or a container)."""
+        return self.spec.host_view
+
+    def _ready_dirs(self) -> list[Path]:
+        # A DRA driver serves once its registration socket is in plugins_registry (a device plugin
+        # registering through it counts too); a device plugin's socket lands in device-plugins.
+        return [self.sandbox.registry_dir, self.sandbox.plugin_dir]
 
     def _namespace_binds(self) -> dict[str, str]:
         return {str(self.sandbox.kubelet_root): HOST_KUBELET_DIR, str(self.sandbox.cdi_dir): HOST_CDI_DIR}

@@ -7,11 +7,12 @@ aborting early when the timeline shows the awaited thing cannot come.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fake_devices.access import AccessTrace
 from fake_devices.backend import DeviceBackend
@@ -19,7 +20,7 @@ from fake_devices.model import Inventory
 from harness.checks import expect, not_exercised
 from harness.devicemap import DeviceMap, HardwareDevice, map_devices
 from harness.filewatch import FileWatch
-from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher
+from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher, paths_in
 from harness.listing import HEALTHY, UNHEALTHY, Listing, wait_settled
 from harness.node import FakeNode
 from harness.probe import ProbeClient
@@ -38,6 +39,9 @@ from harness.subjects import (
     render,
 )
 from harness.timeline import Event, Timeline
+
+if TYPE_CHECKING:
+    from harness.containers.launcher import ContainerLauncher
 
 REGISTRATION_KINDS = ("kubelet.register", "kubelet.register_received", "kubelet.start", "kubelet.stop",
                       "process.exit", "fault.fired")
@@ -104,8 +108,8 @@ class DPEnv:
             "free_port": str(free_port()), "defect": self.defect or "",
             "bin": self.binary or "", "inventory": "", "sysfs_root": "",
         }
-        if self.spec.launcher == "mount-namespace":
-            # Inside the namespace the plugin sees the sandbox at the host path.
+        if self.spec.host_view:
+            # Inside the namespace (or container) the plugin sees the sandbox at the host path.
             values["plugin_dir"] = HOST_DEVICE_PLUGIN_DIR
             values["kubelet_socket"] = f"{HOST_DEVICE_PLUGIN_DIR}/kubelet.sock"
         values.update(self._more_placeholders())
@@ -151,7 +155,26 @@ class DPEnv:
                 (self.sandbox.dev_dir / device["dev"]).touch()
         return target
 
-    def _make_launcher(self) -> ProcessLauncher:
+    def _ready_dirs(self) -> list[Path]:
+        """Where the plugin's socket appears once it serves (a container's readiness)."""
+        return [self.sandbox.plugin_dir]
+
+    def _container_launcher(self, argv: list[str], env: dict[str, str], log: Path) -> ContainerLauncher:
+        """The image as its DaemonSet runs it: the kubelet's dirs at their host paths, the sandbox (fake
+        hardware) at its own, and any other host path the plugin was given, read-only."""
+        from harness.containers.launcher import ContainerLauncher
+
+        assert self.spec.image is not None
+        binds = {**self._namespace_binds(), str(self.sandbox.path): str(self.sandbox.path)}
+        sandbox = str(self.sandbox.path) + "/"
+        given = [p for p in paths_in([*argv, *env.values()])
+                 if os.path.exists(p) and not (p + "/").startswith(sandbox)]
+        return ContainerLauncher(self.spec.name, self.spec.image, argv, env, log, self.timeline, binds=binds,
+                                 read_only=given, private_dirs=self.spec.private_dirs,
+                                 privileged=self.spec.privileged, ready_dirs=self._ready_dirs(),
+                                 ready_timeout_s=self.profile.reaction_s)
+
+    def _make_launcher(self) -> ProcessLauncher | ContainerLauncher:
         if "{bin}" in " ".join(self.spec.command) and not self.binary:
             raise SubjectUnavailable(f"subject {self.spec.name}: no binary built (needs Go to build it)")
         for name in self.spec.dev_files:
@@ -163,12 +186,14 @@ class DPEnv:
         argv = [render(a, values, self.spec.source) for a in self.spec.command]
         if self.defect:
             argv += [render(a, values, self.spec.source) for a in self.spec.defect_args]
+        given = {**passed_env(self.spec), **{k: render(v, values, self.spec.source) for k, v in self.spec.env.items()}}
+        log = self.sandbox.logs_dir / f"{self.spec.name}.log"
+        if self.spec.launcher == "container":
+            # The image brings its own environment; the plugin gets only what the subject gives it.
+            return self._container_launcher(argv, given, log)
         # A minimal environment, so that a run does not depend on who started it; pass_env is the way out.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.sandbox.path),
-               "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "GRPC_VERBOSITY": "ERROR"}
-        env.update(passed_env(self.spec))
-        env.update({k: render(v, values, self.spec.source) for k, v in self.spec.env.items()})
-        log = self.sandbox.logs_dir / f"{self.spec.name}.log"
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "GRPC_VERBOSITY": "ERROR", **given}
         if self.spec.launcher == "mount-namespace":
             # The launcher gives the plugin a container's private /tmp, /run and CDI dirs (plus the
             # subject's private_dirs); the sandbox paths the plugin is given stay visible inside.
@@ -234,6 +259,7 @@ class DPEnv:
         finding = getattr(self.subject, "detached_finding", lambda: None)()
         if finding:
             self.findings.append(finding)
+        self.findings += getattr(self.subject, "exit_findings", list)()
         # What the fake kubelet noticed that the plugin did to it (messages over its limits, ...).
         for event in self.timeline.events():
             noticed = event.get("finding")

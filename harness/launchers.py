@@ -558,7 +558,7 @@ class ProcessLauncher:
         self.stop()
 
 
-def _paths_in(values: Iterable[str]) -> list[str]:
+def paths_in(values: Iterable[str]) -> list[str]:
     """Absolute paths named in arguments or env values (`/p`, `--flag=/p`, `A:/p:/q`)."""
     out = []
     for value in values:
@@ -602,7 +602,7 @@ class NamespaceLauncher(ProcessLauncher):
         # the file when the directory is itself hidden (a script directly in /tmp).
         paths = [os.path.dirname(program), program, os.path.dirname(real), real,
                  sys.prefix, sys.base_prefix, sys.exec_prefix, str(HELPER_DIR.parent), *self.keep,
-                 *_paths_in(self.argv[1:]), *_paths_in(self.env.values())]
+                 *paths_in(self.argv[1:]), *paths_in(self.env.values())]
         # A file the plugin was given comes with its directory (a kubeconfig's certificates).
         paths += [os.path.dirname(p) for p in paths if os.path.isfile(p)]
         return list(dict.fromkeys(p for p in paths if os.path.exists(p)))

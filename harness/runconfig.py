@@ -42,12 +42,15 @@ from harness.subjects import (
     DEFAULT_SKIN,
     DEVICE_IDS,
     ENV_NAME,
+    IMAGE_REF,
     OBSERVABLES,
     PLACEHOLDERS,
     ProfileError,
     SubjectSpec,
     default_backend,
     from_command,
+    from_image,
+    in_container,
     load_subject,
     load_subject_file,
     load_yaml,
@@ -185,10 +188,10 @@ class Overrides:
     def _apply_private_dirs(self, spec: SubjectSpec) -> None:
         if not self.private_dirs:
             return
-        if spec.launcher != "mount-namespace":
-            raise ProfileError(f"--private-dir needs the mount-namespace launcher (--mount-namespace for "
-                               f"--plugin-cmd, launcher: mount-namespace in a subject file); subject {spec.name} "
-                               f"uses the {spec.launcher} launcher")
+        if not spec.host_view:
+            raise ProfileError(f"--private-dir needs the mount-namespace or container launcher (--mount-namespace "
+                               f"or --image for --plugin-cmd, launcher: mount-namespace in a subject file); subject "
+                               f"{spec.name} uses the {spec.launcher} launcher")
         for d in self.private_dirs:
             if not d.startswith("/"):
                 raise ProfileError(f"--private-dir {d!r}: must be an absolute path (the host directory to shadow)")
@@ -217,27 +220,38 @@ class Overrides:
 # -- choosing the subject -------------------------------------------------------------
 
 
+def _named_resource(resource: str | None, driver: str | None, kind: str, flag: str) -> str:
+    """The resource (device plugin) or driver (DRA) a subject given by --plugin-cmd or --image names."""
+    if kind == "dra":
+        if resource:
+            raise ProfileError("a --kind dra driver takes --driver, not --resource")
+        if not driver:
+            raise ProfileError(f"{flag} needs --driver (the DRA driver name)")
+        if not is_dns1123_subdomain(driver):
+            raise ProfileError(f"--driver {driver!r}: not a DNS-1123 subdomain (e.g. gpu.vendor.com)")
+        return driver
+    if driver:
+        raise ProfileError("--driver is for --kind dra; a device plugin takes --resource")
+    if not resource:
+        raise ProfileError(f"{flag} needs --resource (the resource name the plugin registers)")
+    if not is_extended_resource_name(resource):
+        raise ProfileError(f"--resource {resource!r}: not an extended resource name (DOMAIN/NAME such as "
+                           "vendor.example.com/gpu; not kubernetes.io/...)")
+    return resource
+
+
 def _plugin_cmd_subject(plugin_cmd: str, resource: str | None, driver: str | None, mount_namespace: bool,
                         kind: str | None) -> SubjectSpec:
     kind = kind or DEFAULT_KIND
     if not plugin_cmd.strip():
         raise ProfileError("--plugin-cmd is empty: give the command that starts the plugin")
-    if kind == "dra":
-        if resource:
-            raise ProfileError("a --kind dra driver takes --driver, not --resource")
-        if not driver:
-            raise ProfileError("--plugin-cmd needs --driver (the DRA driver name)")
-        if not is_dns1123_subdomain(driver):
-            raise ProfileError(f"--driver {driver!r}: not a DNS-1123 subdomain (e.g. gpu.vendor.com)")
-        return from_command(plugin_cmd, driver, mount_namespace, kind)
-    if driver:
-        raise ProfileError("--driver is for --kind dra; a device plugin takes --resource")
-    if not resource:
-        raise ProfileError("--plugin-cmd needs --resource (the resource name the plugin registers)")
-    if not is_extended_resource_name(resource):
-        raise ProfileError(f"--resource {resource!r}: not an extended resource name (DOMAIN/NAME such as "
-                           "vendor.example.com/gpu; not kubernetes.io/...)")
-    return from_command(plugin_cmd, resource, mount_namespace, kind)
+    return from_command(plugin_cmd, _named_resource(resource, driver, kind, "--plugin-cmd"), mount_namespace, kind)
+
+
+def _image_subject(image: Image, resource: str | None, driver: str | None, kind: str | None) -> SubjectSpec:
+    kind = kind or DEFAULT_KIND
+    return from_image(image.ref, list(image.args or []), _named_resource(resource, driver, kind, "--image"), kind,
+                      image.privileged)
 
 
 def _named_subject(subject: str | None, subject_file: str | None, resource: str | None, driver: str | None,
@@ -247,16 +261,45 @@ def _named_subject(subject: str | None, subject_file: str | None, resource: str 
     spec = load_subject_file(subject_file) if subject_file else load_subject(subject or DEFAULT_SUBJECT)
     if given:
         which = f"--subject-file {subject_file}" if subject_file else f"subject {spec.name}"
-        raise ProfileError(f"{given[0]} applies to --plugin-cmd only; {which} says it in its profile")
+        raise ProfileError(f"{given[0]} applies to --plugin-cmd and --image only; {which} says it in its profile")
     return spec
 
 
+@dataclass(frozen=True)
+class Image:
+    """--image and the flags that go with it: run the subject from this image (launcher container)."""
+
+    ref: str
+    args: list[str] | None = None  # --image-arg: the entrypoint's arguments (None: the subject's own)
+    privileged: bool = False
+
+    def check(self) -> Image:
+        if not IMAGE_REF.fullmatch(self.ref):
+            raise ProfileError(f"--image {self.ref!r}: not an image reference (NAME[:TAG][@DIGEST], e.g. "
+                               "registry.example.com/vendor/plugin:1.2)")
+        return self
+
+    def flags(self) -> list[str]:
+        out = ["--image", self.ref, *(a for arg in self.args or [] for a in ("--image-arg", arg))]
+        return out + (["--privileged"] if self.privileged else [])
+
+
 def select_subject(subject: str | None, subject_file: str | None, plugin_cmd: str | None, resource: str | None,
-                   driver: str | None, mount_namespace: bool, kind: str | None) -> SubjectSpec:
+                   driver: str | None, mount_namespace: bool, kind: str | None,
+                   image: Image | None = None) -> SubjectSpec:
     chosen = [flag for flag, value in (("--subject", subject), ("--subject-file", subject_file),
                                        ("--plugin-cmd", plugin_cmd)) if value is not None]
     if len(chosen) > 1:
         raise ProfileError(f"give either {chosen[0]} or {chosen[1]}, not both")
+    if image is not None:
+        if plugin_cmd is not None:
+            raise ProfileError("give either --plugin-cmd or --image, not both")
+        if mount_namespace:
+            raise ProfileError("--mount-namespace is for --plugin-cmd; an --image runs in a container")
+        if subject is None and subject_file is None:
+            return _image_subject(image.check(), resource, driver, kind)
+        return in_container(_named_subject(subject, subject_file, resource, driver, False, kind), image.check().ref,
+                            image.args, image.privileged)
     if plugin_cmd is not None:
         return _plugin_cmd_subject(plugin_cmd, resource, driver, mount_namespace, kind)
     return _named_subject(subject, subject_file, resource, driver, mount_namespace, kind)
@@ -268,7 +311,10 @@ def select_subject(subject: str | None, subject_file: str | None, plugin_cmd: st
 def unavailable_placeholders(spec: SubjectSpec, binary: str | None) -> dict[str, str]:
     """Placeholders this subject's kind has but this run cannot fill, with the reason."""
     out = {}
-    if not spec.build and not binary:
+    if spec.launcher == "container":
+        out["bin"] = "in a container the image's entrypoint is the plugin: leave {bin} out of its arguments"
+        out["python"] = "fakelet's Python is not in the image"
+    elif not spec.build and not binary:
         out["bin"] = "the subject has no build and no --binary was given"
     if not spec.inventory and not spec.backend:
         out["inventory"] = "the subject has no inventory (give --inventory)"
@@ -307,8 +353,11 @@ def check_templates(spec: SubjectSpec, binary: str | None, flag_env: dict[str, s
                 raise ProfileError(f"{where}: {{{name}}} in {template!r} is unavailable: {unavailable[name]}")
 
 
-def check_executable(spec: SubjectSpec, binary: str | None) -> None:
-    """The command's first word runs, where it can be known before the sandbox exists."""
+def check_executable(spec: SubjectSpec, binary: str | None, image: Image | None = None) -> None:
+    """The command's first word runs (the image is there), where it can be known before the sandbox exists."""
+    if spec.launcher == "container":
+        check_image(spec, f"--image {image.ref}" if image is not None else spec.where("image"))
+        return
     first = spec.command[0]
     where = _origin(spec, "command[0]", {})
     static = {"python": sys.executable, **({"bin": binary} if binary else {})}
@@ -317,6 +366,18 @@ def check_executable(spec: SubjectSpec, binary: str | None) -> None:
     program = first.format_map(static)
     if shutil.which(program) is None:
         raise ProfileError(f"{where}: {program!r} is not an executable file or a command on PATH")
+
+
+def check_image(spec: SubjectSpec, where: str) -> None:
+    """A Docker engine answers and has the image (pulled when it can be): before anything starts."""
+    from harness.containers import engine, images
+
+    try:
+        images.ensure_present(spec.image or "")
+    except (engine.EngineUnavailable, images.ImageError) as err:
+        raise ProfileError(f"{where}: {err}") from None
+    except ImportError as err:
+        raise ProfileError(f"{where}: the docker Python package is missing ({err})") from None
 
 
 def check_pass_env(spec: SubjectSpec, flag_names: list[str]) -> None:
@@ -388,6 +449,7 @@ class RunConfig:
     node: str = "fake"  # whose kubelet the checks run on: fakelet's, or a real one (harness/realnode)
     subject_file: str | None = None  # absolute path, when the subject came from --subject-file
     plugin_cmd: str | None = None  # as given, when the subject came from --plugin-cmd
+    image: Image | None = None  # --image (with --image-arg, --privileged): the subject runs from it
     overrides: Overrides = field(default_factory=Overrides)
     # --require: check IDs or areas (DP-HLT) whose "not exercised" fails the run.
     require: list[str] = field(default_factory=list)
@@ -401,21 +463,21 @@ class RunConfig:
               kind: str | None = None, kubelet_version: str = "default", control_plane: str = "local", *,
               subject_file: str | None = None, driver: str | None = None,
               overrides: Overrides | None = None, require: list[str] | None = None,
-              reaction_bound: float | None = None, node: str = "fake") -> RunConfig:
+              reaction_bound: float | None = None, node: str = "fake", image: Image | None = None) -> RunConfig:
         """Validate every input; a ProfileError (or ValueError) names the flag or file:line: field.
 
         `kind` None means "not given" (device-plugin for --plugin-cmd; an error with a subject).
         """
         overrides = (overrides or Overrides()).normalized()
         spec = overrides.apply(select_subject(subject, subject_file, plugin_cmd, resource, driver,
-                                              mount_namespace, kind))
+                                              mount_namespace, kind, image))
         if defect is not None and defect not in spec.defects:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
         check_base()
         check_binary(binary)
         check_templates(spec, binary, parse_env(overrides.env))
-        check_executable(spec, binary)
+        check_executable(spec, binary, image)
         check_pass_env(spec, overrides.pass_env)
         check_inventories(spec)
         timing = get_profile(profile)
@@ -425,7 +487,7 @@ class RunConfig:
                    out=Path(out) if out else None, binary=binary, kubelet_version=get_kubelet_version(kubelet_version),
                    control_plane=check_control_plane(control_plane),
                    subject_file=str(Path(subject_file).resolve()) if subject_file else None,
-                   plugin_cmd=plugin_cmd, overrides=overrides, require=check_require(require or []),
+                   plugin_cmd=plugin_cmd, image=image, overrides=overrides, require=check_require(require or []),
                    node=check_node(node, control_plane))
 
     def resolve_binary(self) -> str | None:
@@ -461,7 +523,7 @@ class RunConfig:
                 value = _profile_to_dict(value)
             elif f.name == "kubelet_version":
                 value = value.name
-            elif f.name == "overrides":
+            elif f.name in ("overrides", "image") and value is not None:
                 value = dataclasses.asdict(value)
             elif isinstance(value, Path):
                 value = str(value)
@@ -481,6 +543,7 @@ class RunConfig:
         values["profile"] = _profile_from_dict(data["profile"])
         values["kubelet_version"] = get_kubelet_version(data.get("kubelet_version", "default"))
         values["overrides"] = Overrides(**data.get("overrides", {}))
+        values["image"] = Image(**data["image"]) if data.get("image") else None
         values["out"] = Path(data["out"]) if data.get("out") else None
         return cls(**values)
 
@@ -512,10 +575,15 @@ class RunConfig:
     # -- the command that runs it again --------------------------------------------------
 
     def subject_flags(self) -> list[str]:
+        image = self.image.flags() if self.image is not None else []
         if self.subject_file:
-            return ["--subject-file", self.subject_file]
+            return ["--subject-file", self.subject_file, *image]
+        if self.spec.source == "--image":
+            kind = ["--kind", "dra", "--driver", self.spec.resource] if self.spec.is_dra else \
+                ["--resource", self.spec.resource]
+            return [*image, *kind]
         if self.spec.source != "--plugin-cmd":
-            return ["--subject", self.spec.name]
+            return ["--subject", self.spec.name, *image]
         parts = ["--plugin-cmd", self.plugin_cmd if self.plugin_cmd is not None else shlex.join(self.spec.command)]
         parts += ["--kind", "dra", "--driver", self.spec.resource] if self.spec.is_dra else \
             ["--resource", self.spec.resource]

@@ -40,7 +40,10 @@ import yaml
 from fake_devices.materialize import SKINS
 from harness.kubelet.validation import is_dns1123_subdomain, is_extended_resource_name
 
-LAUNCHERS = ("process", "mount-namespace")
+LAUNCHERS = ("process", "mount-namespace", "container")
+# Launchers in which the plugin sees the sandbox at the kubelet's host paths (/var/lib/kubelet/...),
+# so that placeholders such as {plugin_dir} render as those paths.
+HOST_VIEW_LAUNCHERS = ("mount-namespace", "container")
 KINDS = ("device-plugin", "dra")
 OBSERVABLES = ("health", "temperature", "hotplug")
 DEVICE_IDS = ("opaque", "inventory")
@@ -66,6 +69,9 @@ MAX_ALIAS_NODES = 10_000
 MAX_DEPTH = 50
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# docker/distribution reference grammar, loosely: lower-case path components, an optional tag and digest.
+IMAGE_REF = re.compile(r"[a-z0-9]([a-z0-9._/:-]*[a-z0-9])?"  # [registry[:port]/]path
+                       r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@[a-z0-9]+:[a-f0-9]{32,})?")  # :tag @digest
 SUBJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # it names log files and report directories
 
 
@@ -125,6 +131,9 @@ class SubjectSpec:
     defects: dict[str, Defect] = field(default_factory=dict)
     build: dict[str, str] | None = None
     private_dirs: list[str] = field(default_factory=list)
+    # launcher container: the image, whose entrypoint gets `command` as its arguments
+    image: str | None = None
+    privileged: bool = False
     # The fake device backend wired to this subject: inventory (an absolute path once
     # loaded), skin, and which of its changes the plugin can see (health, temperature, hotplug).
     backend: dict[str, str] | None = None
@@ -142,6 +151,11 @@ class SubjectSpec:
     @property
     def is_dra(self) -> bool:
         return self.kind == "dra"
+
+    @property
+    def host_view(self) -> bool:
+        """Whether the plugin sees the sandbox at the kubelet's host paths (a mount namespace, a container)."""
+        return self.launcher in HOST_VIEW_LAUNCHERS
 
     def expected_devices(self, inventory: list[dict[str, Any]] | None) -> tuple[list[str] | None, int | None]:
         if self.expected_ids is not None:
@@ -328,10 +342,6 @@ class Field:
     check: Callable[[Any], str | None] | None = None  # a further rule; returns the problem
 
 
-def _non_empty(value: list[Any]) -> str | None:
-    return "must not be empty" if not value else None
-
-
 def _env_name(value: str) -> str | None:
     return None if ENV_NAME.fullmatch(value) else "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
 
@@ -346,6 +356,11 @@ def _non_negative(value: int) -> str | None:
 
 def _subject_name(value: str) -> str | None:
     return None if SUBJECT_NAME.fullmatch(value) else "must be letters, digits, '.', '_' or '-' (it names files)"
+
+
+def _image_ref(value: str) -> str | None:
+    return None if IMAGE_REF.fullmatch(value) else \
+        "must be an image reference (NAME[:TAG][@DIGEST], e.g. registry.example.com/vendor/plugin:1.2)"
 
 
 def _resource_name(value: str) -> str | None:
@@ -371,7 +386,9 @@ SCHEMA: dict[str, Field] = {
     "driver": Field((str,), check=_driver_name),
     "resource": Field((str,), check=_resource_name),
     "needs_api": Field((bool,)),
-    "command": Field((list,), required=True, items=STR, check=_non_empty),
+    "command": Field((list,), items=STR),
+    "image": Field((str,), check=_image_ref),
+    "privileged": Field((bool,)),
     "env": Field((dict,), values=STR, key_check=_env_name),
     "pass_env": Field((list,), items=Field((str,), check=_env_name)),
     "socket": Field((str, type(None))),
@@ -494,8 +511,19 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
         errors.add("", "missing required key 'resource'")
     if kind == "device-plugin" and "driver" in doc:
         errors.add("driver", "is for kind dra; a device plugin names its resource")
-    if doc.get("private_dirs") and doc.get("launcher") != "mount-namespace":
-        errors.add("private_dirs", "needs launcher: mount-namespace")
+    launcher = doc.get("launcher", "process")
+    if doc.get("private_dirs") and launcher not in HOST_VIEW_LAUNCHERS:
+        errors.add("private_dirs", "needs launcher: mount-namespace or container")
+    if launcher == "container" and "image" not in doc:
+        errors.add("", "missing required key 'image' (launcher: container runs an image)")
+    for key in ("image", "privileged"):
+        if key in doc and launcher != "container":
+            errors.add(key, "needs launcher: container")
+    if launcher != "container":
+        if "command" not in doc:
+            errors.add("", "missing required key 'command'")
+        elif not doc["command"]:
+            errors.add("command", "must not be empty")
     backend = doc.get("backend")
     if isinstance(backend, dict) and "observes" in backend and "observes" in doc:
         errors.add("observes", "given twice: keep backend.observes only")
@@ -590,7 +618,8 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
     python = (doc.get("requires") or {}).get("python")
     driver = doc.get("driver")
     return SubjectSpec(
-        name=doc["name"], kind=doc["kind"], command=list(doc["command"]), driver=driver,
+        name=doc["name"], kind=doc["kind"], command=list(doc.get("command") or []), driver=driver,
+        image=doc.get("image"), privileged=doc.get("privileged", False),
         resource=driver or doc["resource"], launcher=doc.get("launcher", "process"),
         description=doc.get("description", ""), env=dict(doc.get("env") or {}),
         pass_env=list(doc.get("pass_env") or []), socket=doc.get("socket"), inventory=inventory,
@@ -656,6 +685,30 @@ def from_command(cmd: str, resource: str, mount_namespace: bool, kind: str = "de
                        driver=resource if kind == "dra" else None,
                        launcher="mount-namespace" if mount_namespace else "process", source="--plugin-cmd",
                        backend=default_backend(), inventory_expected=False)
+
+
+def from_image(image: str, args: list[str], resource: str, kind: str = "device-plugin",
+               privileged: bool = False) -> SubjectSpec:
+    """A subject given as an image (`fakelet run --image IMAGE [--image-arg ...]`): as --plugin-cmd, in a container."""
+    return SubjectSpec(name="image", kind=kind, command=list(args), resource=resource,
+                       driver=resource if kind == "dra" else None, launcher="container", source="--image",
+                       image=image, privileged=privileged, backend=default_backend(), inventory_expected=False)
+
+
+def in_container(spec: SubjectSpec, image: str, args: list[str] | None, privileged: bool) -> SubjectSpec:
+    """A known subject run from `image` instead of its command: its profile, its image.
+
+    The image's entrypoint is the plugin, so the subject's command, less a leading `{bin}`, is
+    what the entrypoint gets, unless `args` (--image-arg) say otherwise.
+    """
+    if args is None:
+        if not spec.command or spec.command[0] != "{bin}":
+            first = spec.command[0] if spec.command else ""
+            raise ProfileError(f"{spec.where('command[0]')}: the command starts with {first!r}, not {{bin}}: "
+                               "give the image's arguments with --image-arg")
+        args = spec.command[1:]
+    return dataclasses.replace(spec, launcher="container", image=image, command=list(args), privileged=privileged,
+                               build=None)
 
 
 # -- templates -------------------------------------------------------------------

@@ -182,10 +182,10 @@ def test_a_few_aliases_are_fine() -> None:
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--resource", "example.com/x"], "--resource applies to --plugin-cmd only; --subject-file"),
-    (["--driver", "x.example.com"], "--driver applies to --plugin-cmd only"),
-    (["--kind", "dra"], "--kind applies to --plugin-cmd only"),
-    (["--mount-namespace"], "--mount-namespace applies to --plugin-cmd only"),
+    (["--resource", "example.com/x"], "--resource applies to --plugin-cmd and --image only; --subject-file"),
+    (["--driver", "x.example.com"], "--driver applies to --plugin-cmd"),
+    (["--kind", "dra"], "--kind applies to --plugin-cmd"),
+    (["--mount-namespace"], "--mount-namespace applies to --plugin-cmd"),
     (["--subject", "reference-dp"], "give either --subject or --subject-file, not both"),
     (["--plugin-cmd", "/bin/true"], "give either --subject-file or --plugin-cmd, not both"),
 ])

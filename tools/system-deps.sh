@@ -4,7 +4,9 @@
 #   (kube-apiserver itself is built from the Go module proxy);
 # - containerd, runc, busybox-static: the real kubelet's node (--node real, fakelet
 #   fidelity, tox -e real-kubelet): the container runtime, and the static busybox the
-#   locally built pod image holds (no registry is reachable).
+#   locally built pod image holds (no registry is reachable);
+# - docker.io: the Docker engine for the container launcher's tests (tox -e containers), started
+#   privately by the tests (vfs, no iptables, no bridge); its containerd and runc are the same packages.
 set -euo pipefail
 wanted=()
 command -v etcd >/dev/null || wanted+=(etcd-server)
@@ -12,6 +14,7 @@ command -v containerd >/dev/null || wanted+=(containerd)
 command -v runc >/dev/null || [ -x /usr/sbin/runc ] || wanted+=(runc)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q static || \
     dpkg -s busybox-static >/dev/null 2>&1 || wanted+=(busybox-static)
+command -v dockerd >/dev/null || wanted+=(docker.io)
 if [ ${#wanted[@]} -eq 0 ]; then
     exit 0
 fi

@@ -89,8 +89,9 @@ def test_response_well_formed(dp_env: DPEnv) -> None:
     with env.probe(reg) as probe:
         resp = probe.allocate([[ids[0]]])
     expect(len(resp.container_responses) == 1, "one container response", f"{len(resp.container_responses)}")
-    # Host paths are only meaningful from here when the plugin shares our mount namespace.
-    problems = response_problems(resp.container_responses[0], env.spec.launcher == "process")
+    # Host paths are only meaningful from here when the plugin sees our file system where it names it:
+    # its own (process), or a container with the sandbox bound at the same path.
+    problems = response_problems(resp.container_responses[0], env.spec.launcher in ("process", "container"))
     expect(not problems, "a well-formed response", "; ".join(problems))
 
 

@@ -1,0 +1,1 @@
+"""Plugins as they ship: container images run through a Docker engine (testcontainers)."""

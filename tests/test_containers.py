@@ -1,0 +1,242 @@
+"""The container launcher against a real Docker engine (tox -e containers).
+
+Images are built here, `FROM scratch`, from binaries fakelet already builds
+from the Go module proxy (no registry is reachable): the same subject runs
+through its binary and through its image, and the verdicts must match. A
+container that exits is a finding with its logs; Ctrl-C leaves no container,
+and a SIGKILLed run's container is swept by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.containers import engine, images
+from harness.containers.engine import OWNER_LABEL, SUBJECT_LABEL, EngineUnavailable, PrivateEngine
+from harness.env import SubjectUnavailable
+from harness.realnode.image import ImageError, find_busybox
+from harness.runconfig import RunConfig
+
+pytestmark = pytest.mark.containers
+
+RUN_TIMEOUT_S = 600.0
+EVENT_WAIT_S = 120.0
+# Same verdicts through the binary and the image: one device plugin and one DRA driver the
+# proxy serves (squat/generic-device-plugin is refused there: its checks skip in `subjects`).
+SUBJECTS = ["sample-device-plugin", "dra-example-driver"]
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[str]:
+    """The user's Docker engine if one answers, else a private dockerd for this test process."""
+    if engine.unavailable() is None:
+        yield engine.host()
+        return
+    why = PrivateEngine.unavailable()
+    if why is not None:
+        pytest.skip(f"no Docker engine: {why}")
+    try:
+        private = PrivateEngine().start()
+    except EngineUnavailable as err:
+        pytest.fail(f"dockerd is installed but did not start: {err}")
+    try:
+        yield private.host
+    finally:
+        private.stop()
+
+
+def _fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, TMPDIR=str(tmp)), timeout=timeout)
+
+
+def _verdicts(out: Path) -> dict[str, str]:
+    return {c["id"]: c["verdict"] for c in json.loads((out / "report.json").read_text())["checks"]}
+
+
+def _subject_image(subject: str) -> str:
+    try:
+        binary = RunConfig.build(subject=subject).resolve_binary()
+    except SubjectUnavailable as err:
+        pytest.skip(str(err))
+    assert binary is not None
+    return images.scratch_image(binary, Path(binary).name.rsplit("-", 1)[0])
+
+
+@pytest.fixture(scope="session")
+def busybox_image(docker_engine: str) -> str:
+    try:
+        return images.scratch_image(find_busybox(), "busybox")
+    except ImageError as err:
+        pytest.skip(str(err))
+
+
+def _containers(**labels: str) -> list[str]:
+    found = engine.client()
+    try:
+        wanted = [f"{k}={v}" if v else k for k, v in labels.items()]
+        return [c.name for c in found.containers.list(all=True, filters={"label": wanted})]
+    finally:
+        found.close()
+
+
+def _wait_container_start(subject: str, since: float) -> None:
+    """Block until a container of `subject` starts (the engine's event stream), bounded."""
+    found = engine.client()
+    try:
+        until = since + EVENT_WAIT_S
+        for _ in found.events(since=int(since), until=int(until) + 1, decode=True,
+                              filters={"type": "container", "event": "start", "label": f"{SUBJECT_LABEL}={subject}"}):
+            return
+    finally:
+        found.close()
+    raise AssertionError(f"no container of {subject} started within {EVENT_WAIT_S}s")
+
+
+@pytest.mark.parametrize("subject", SUBJECTS)
+def test_the_image_gets_the_verdicts_of_the_binary(docker_engine: str, tmp: Path, tmp_path: Path,
+                                                   subject: str) -> None:
+    image = _subject_image(subject)
+    # Side by side, as the fidelity table runs both kubelets: half the wall time, the same verdicts.
+    runs = {how: subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--subject", subject, *flags,
+                                   "--jobs", "3", "--out", str(tmp_path / how)], env=dict(os.environ, TMPDIR=str(tmp)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for how, flags in (("binary", []), ("image", ["--image", image]))}
+    said = {how: p.communicate(timeout=RUN_TIMEOUT_S)[0] for how, p in runs.items()}
+    assert runs["binary"].returncode in (0, 1), said["binary"]
+    assert runs["image"].returncode == runs["binary"].returncode, said["image"]
+    binary, contained = _verdicts(tmp_path / "binary"), _verdicts(tmp_path / "image")
+    differ = {c: (binary[c], contained.get(c)) for c in binary if binary[c] != contained.get(c)}
+    assert not differ, f"verdicts (binary, image) that differ: {differ}"
+    report = json.loads((tmp_path / "image" / "report.json").read_text())
+    assert "own cgroup (Docker)" in json.dumps(report)
+    assert _containers(**{SUBJECT_LABEL: subject}) == []
+
+
+def test_a_container_that_exits_is_a_finding_with_its_logs(busybox_image: str, tmp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _fakelet(tmp, "run", "--image", busybox_image, "--image-arg", "sh", "--image-arg=-c",
+                    "--image-arg", "echo vendor plugin: no GPU found; exit 3", "--resource", "vendor.example.com/gpu",
+                    "--check", "DP-REG-01", "--out", str(out), timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert _verdicts(out) == {"DP-REG-01": "fail"}
+    text = json.dumps(report)
+    assert "the container exited with code 3" in text and "vendor plugin: no GPU found" in text
+    timeline = json.loads(next(out.glob("artifacts/*/timeline.json")).read_text())
+    events = timeline if isinstance(timeline, list) else timeline["events"]
+    assert any(e["kind"] == "container.log" and "no GPU found" in e["data"]["line"] for e in events)
+
+
+def test_restart_starts_a_new_container_and_stop_removes_them(docker_engine: str, tmp_path: Path) -> None:
+    from harness.containers.launcher import ContainerLauncher
+    from harness.launchers import HOST_DEVICE_PLUGIN_DIR
+    from harness.node import FakeNode
+    from harness.profiles import get as get_profile
+    from harness.timeline import Timeline
+
+    image = _subject_image("sample-device-plugin")
+    timeline = Timeline()
+    plugin_dir, state = tmp_path / "device-plugins", tmp_path / "state"
+    plugin_dir.mkdir()
+    state.mkdir()
+    node = FakeNode(plugin_dir, state, timeline, get_profile("fast"))
+    node.start_kubelet()
+    launcher = ContainerLauncher("restart-test", image, [], {}, tmp_path / "log", timeline,
+                                 binds={str(plugin_dir): HOST_DEVICE_PLUGIN_DIR}, private_dirs=["/tmp"],
+                                 ready_dirs=[plugin_dir], ready_timeout_s=30)
+    try:
+        launcher.start()
+        assert launcher.running and launcher.pid
+        first = _containers(**{SUBJECT_LABEL: "restart-test"})
+        assert len(first) == 1
+        launcher.restart(crash=True)
+        second = _containers(**{SUBJECT_LABEL: "restart-test"})
+        assert len(second) == 1 and second != first, "a restart is a new container; the old one is gone"
+        assert [e.get("start") for e in timeline.events() if e.kind == "process.start"] == [1, 2]
+        launcher.signal(signal.SIGTERM)
+        assert launcher.wait_exit(20) == 0
+        assert launcher.exit_findings() == [], "an exit fakelet asked for is no finding"
+    finally:
+        launcher.stop()
+        node.close()
+    assert _containers(**{SUBJECT_LABEL: "restart-test"}) == []
+    assert [e.get("start") for e in timeline.events() if e.kind == "container.ready"] == [1, 2]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_no_container_is_left_behind(busybox_image: str, tmp: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    subject = "image"
+    args = ["run", "--image", busybox_image, "--image-arg", "sleep", "--image-arg", "3600",
+            "--resource", "vendor.example.com/gpu", "--check", "DP-REG-01", "--out", str(tmp_path / "out")]
+    since = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=dict(os.environ, TMPDIR=str(tmp)),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_container_start(subject, since)
+        os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.kill()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert _containers(**{SUBJECT_LABEL: subject}) == []
+        return
+    # SIGKILL: the run had no say. Its check process tears down on its parent's death; whatever it
+    # could not remove, the next run sweeps (test_the_sweep_removes_only_dead_runs_containers).
+    again = _fakelet(tmp, "run", "--check", "DP-REG-02", "--out", str(tmp_path / "again"), timeout=180)
+    assert again.returncode == 0, again.stderr
+    assert _containers(**{SUBJECT_LABEL: subject}) == []
+
+
+def test_the_sweep_removes_only_dead_runs_containers(busybox_image: str) -> None:
+    from harness.reaper import owner_tag
+
+    gone = subprocess.Popen(["sleep", "60"])
+    dead_tag = owner_tag(gone.pid)
+    gone.kill()
+    gone.wait()
+    found = engine.client()
+    made = []
+    try:
+        for tag in (dead_tag, owner_tag()):
+            made.append(found.containers.run(busybox_image, ["sleep", "3600"], detach=True, network_mode="none",
+                                             labels={OWNER_LABEL: tag, SUBJECT_LABEL: "sweep-test"}))
+        removed = engine.sweep()
+        assert made[0].name in removed and made[1].name not in removed
+        assert _containers(**{SUBJECT_LABEL: "sweep-test"}) == [made[1].name]
+    finally:
+        from docker.errors import NotFound
+
+        for container in made:
+            try:
+                container.remove(force=True)
+            except NotFound:
+                pass  # the sweep's
+        found.close()
+
+
+def test_bad_image_input_is_one_line(docker_engine: str, tmp: Path) -> None:
+    for args, said in [
+        (["--image", "Not An Image", "--resource", "v.example.com/x"], "--image 'Not An Image': not an image"),
+        (["--image", "fakelet.local/none:1", "--resource", "v.example.com/x"], "is not in the Docker engine"),
+        (["--image-arg", "x"], "--image-arg goes with --image"),
+        (["--image", "fakelet.local/none:1"], "--image needs --resource"),
+        (["--subject", "reference-dp", "--image", "fakelet.local/none:1"], "not {bin}: give the image's arguments"),
+    ]:
+        proc = _fakelet(tmp, "run", *args, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+    assert sorted(p.name for p in tmp.iterdir()) == []
+    assert _containers(**{OWNER_LABEL: ""}) == []
