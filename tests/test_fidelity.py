@@ -91,10 +91,10 @@ def test_a_real_node_leaves_no_process_cgroup_or_node_behind(plane) -> None:
     try:
         local.start_kubelet()
         local.admit_pod("pod", {})
-        pids = [d.pid for d in (local.kubelet, local.containerd) if d is not None]
-        assert local.namespace is not None and local.namespace.init_pid is not None
-        pids.append(local.namespace.init_pid)
-        cgroup_root = local.cgroup_root
+        pids = [d.pid for d in (local.shell.kubelet, local.shell.containerd) if d is not None]
+        assert local.shell.namespace is not None and local.shell.namespace.init_pid is not None
+        pids.append(local.shell.namespace.init_pid)
+        cgroup_root = local.shell.cgroup_root
     finally:
         local.close()
         sandbox.close()

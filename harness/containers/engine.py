@@ -158,10 +158,14 @@ class PrivateEngine:
         self.dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}dockerd-"))
         claim(self.dir)
         sock = self.dir / "docker.sock"
+        dockerd = ["dockerd", "--host", f"unix://{sock}", "--data-root", str(self.dir / "data"),
+                   "--exec-root", str(self.dir / "exec"), "--pidfile", str(self.dir / "docker.pid"),
+                   "--storage-driver", "vfs", "--iptables=false", "--ip6tables=false", "--bridge=none"]
+        # A private /run (so /var/run): containerd's shims put their sockets in /run/containerd/s
+        # whatever its state dir, and the host's /run must not see them.
         cmd = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc",
-               "--", "dockerd", "--host", f"unix://{sock}", "--data-root", str(self.dir / "data"),
-               "--exec-root", str(self.dir / "exec"), "--pidfile", str(self.dir / "docker.pid"),
-               "--storage-driver", "vfs", "--iptables=false", "--ip6tables=false", "--bridge=none"]
+               "--", "/bin/sh", "-c", 'mount -t tmpfs -o mode=0755 fakelet-dockerd-run /run && exec "$@"', "sh",
+               *dockerd]
         setpriv = shutil.which("setpriv")
         if setpriv:
             cmd = [setpriv, "--pdeathsig", "KILL", "--", *cmd]  # dies with us, even on SIGKILL
