@@ -35,7 +35,14 @@ FAKE_ONLY_REASON = ("on the real kubelet: this check reads the kubelet's side of
                     "what the real kubelet does")
 
 
-def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False) -> Any:
+# Of those, the ones that run on a kind cluster (`fakelet run --cluster kind`): they need nothing of this
+# machine's sandbox (the fake hardware, the plugin's socket), which a pod on a kind node does not share.
+KIND_REASON = ("on a kind cluster: this check reads the kubelet's side of the gRPC wire, injects a fault into the "
+               "kubelet, drives this machine's fake hardware or probes the plugin's socket here, none of which a "
+               "pod on a kind node shares")
+
+
+def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False) -> Any:
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
     if check_id in CATALOG:
@@ -44,7 +51,7 @@ def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False) 
     CHECK_MODULES[check_id] = sys._getframe(1).f_globals.get("__name__", "")
     if real_kubelet:
         REAL_KUBELET.add(check_id)
-    return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet)
+    return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet, kind=kind)
 
 
 def catalog(suite_package: str) -> dict[str, tuple[str, str]]:

@@ -25,6 +25,7 @@ from harness.listing import HEALTHY, UNHEALTHY, Listing, wait_settled
 from harness.node import FakeNode
 from harness.probe import ProbeClient
 from harness.profiles import Profile
+from harness.realnode.cluster import ClusterNode
 from harness.realnode.localnode import LocalNode, NodeAccess
 from harness.sandbox import Sandbox
 from harness.subjects import (
@@ -42,6 +43,8 @@ from harness.timeline import Event, Timeline
 
 if TYPE_CHECKING:
     from harness.containers.launcher import ContainerLauncher
+    from harness.kind.cluster import KindAccess
+    from harness.kind.launcher import DaemonSetLauncher
 
 REGISTRATION_KINDS = ("kubelet.register", "kubelet.register_received", "kubelet.start", "kubelet.stop",
                       "process.exit", "fault.fired")
@@ -55,15 +58,16 @@ class SubjectUnavailable(RuntimeError):
 
 class DPEnv:
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
-                 binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None
-                 ) -> None:
-        """`real_node` puts the checks on a real kubelet (harness/realnode) joined to that API server."""
+                 binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None,
+                 kind: KindAccess | None = None) -> None:
+        """`real_node` puts the checks on a real kubelet (harness/realnode) joined to that API server;
+        `kind`, on a kind cluster's node, with the subject's image as a DaemonSet (harness/kind)."""
         if defect is not None and defect not in spec.defects:
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
                                f"known: {', '.join(spec.defects) or 'none'}")
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
         self.binary, self.artifacts = binary, artifacts
-        self.real_node = real_node
+        self.real_node, self.kind = real_node, kind
         self.timeline = Timeline()
         self.sandbox = Sandbox()
         self.node = self._make_node()
@@ -90,7 +94,12 @@ class DPEnv:
 
     # -- setup -------------------------------------------------------------
 
-    def _make_node(self) -> FakeNode | LocalNode:
+    def _make_node(self) -> FakeNode | ClusterNode:
+        if self.kind is not None:
+            from harness.kind.cluster import KindShell
+
+            shell = KindShell(self.kind.tier, self.timeline, self.kind.pod_image)
+            return ClusterNode(shell, self.timeline, self.profile, self.kind.client, self.kind.node_name)
         if self.real_node is not None:
             return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
                              self.real_node.client)
@@ -174,7 +183,13 @@ class DPEnv:
                                  privileged=self.spec.privileged, ready_dirs=self._ready_dirs(),
                                  ready_timeout_s=self.profile.reaction_s)
 
-    def _make_launcher(self) -> ProcessLauncher | ContainerLauncher:
+    def _make_launcher(self) -> ProcessLauncher | ContainerLauncher | DaemonSetLauncher:
+        if self.kind is not None:
+            from harness.kind.launcher import DaemonSetLauncher
+
+            assert self.spec.image is not None
+            return DaemonSetLauncher(self.spec, self.spec.image, self.kind.client, self.timeline,
+                                     self.sandbox.logs_dir / f"{self.spec.name}.log", self.kind.node_name)
         if "{bin}" in " ".join(self.spec.command) and not self.binary:
             raise SubjectUnavailable(f"subject {self.spec.name}: no binary built (needs Go to build it)")
         for name in self.spec.dev_files:

@@ -15,15 +15,18 @@ import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
 
-from harness.checks import FAKE_ONLY_REASON, NOT_APPLICABLE, NOT_EXERCISED, not_exercised, split_install
+from harness.checks import FAKE_ONLY_REASON, KIND_REASON, NOT_APPLICABLE, NOT_EXERCISED, not_exercised, split_install
+from harness.containers.engine import EngineUnavailable
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.controlplane.client import KubeClient
 from harness.draenv import DRAEnv
 from harness.env import DPEnv, SubjectUnavailable
+from harness.realnode.image import ImageError
 from harness.realnode.localnode import NodeAccess
 from harness.realnode.localnode import unavailable as realnode_unavailable
 from harness.runconfig import (
@@ -39,6 +42,9 @@ from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport
 from reports.model import NOT_APPLICABLE as NA
 from reports.model import NOT_EXERCISED as NOT_EXERCISED_VERDICT
 from reports.writers import write_all
+
+if TYPE_CHECKING:
+    from harness.kind.cluster import KindAccess
 
 PENDING = "pending"  # a check whose setup passed and whose call has not reported yet
 
@@ -177,10 +183,11 @@ class Collector:
         check_id = mark.kwargs["id"] if mark else request.node.name
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
         real_node = self._real_node(request, mark) if self.run.node == "real" else None
+        kind = self._kind(request, mark) if self.run.cluster == "kind" else None
         try:
             binary = self.run.resolve_binary()
             env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
-                        real_node=real_node)
+                        real_node=real_node, kind=kind)
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:
@@ -202,6 +209,39 @@ class Collector:
         if plane is None:
             pytest.skip(f"real kubelet: no API server to join ({why})")
         return NodeAccess(plane.kubeconfig, plane.client())
+
+    def _kind(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> KindAccess:
+        """The run's kind cluster, or end the check: not exercised there, or skipped with why not."""
+        if mark is None or not mark.kwargs.get("kind"):
+            not_exercised(KIND_REASON)
+        access, why = request.getfixturevalue("fakelet_kind")
+        if access is None:
+            pytest.skip(f"kind: {why}")
+        return access
+
+    @pytest.fixture(scope="session")
+    def fakelet_kind(self) -> Iterator[tuple[KindAccess | None, str]]:
+        """One kind cluster for the run, fed the subject's image and the pods' image."""
+        from harness.containers import images
+        from harness.kind.cluster import KindAccess, KindTier, KindUnavailable
+        from harness.realnode.image import find_busybox
+
+        tier = KindTier(self.run.kind_image, self.run.keep_cluster)
+        try:
+            tier.start()
+            pod_image = images.scratch_image(find_busybox(), "busybox")
+            for image in (self.run.spec.image or "", pod_image):
+                tier.load(image)
+            client = KubeClient.from_kubeconfig(tier.kubeconfig)
+        except (KindUnavailable, images.ImageError, ImageError, EngineUnavailable) as err:
+            tier.stop()
+            yield None, str(err).splitlines()[0]
+            return
+        try:
+            yield KindAccess(tier, client, pod_image), ""
+        finally:
+            client.close()
+            tier.stop()
 
     @pytest.fixture(scope="session")
     def fakelet_control_plane(self) -> Iterator[tuple[ControlPlane | None, str]]:
@@ -228,6 +268,8 @@ class Collector:
         mark = _marker(request.node)
         check_id = mark.kwargs["id"] if mark else request.node.name
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
+        if self.run.cluster == "kind":
+            not_exercised(KIND_REASON)
         if self.run.node == "real":
             # DRA on the real kubelet runs in the fidelity suite (tests/test_fidelity.py), as far as it goes here.
             not_exercised(DRA_REAL_REASON)

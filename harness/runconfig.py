@@ -69,6 +69,7 @@ CONFIG_FORMAT = 1  # bump when a serialized RunConfig changes incompatibly
 
 
 NODES = ("fake", "real")
+CLUSTERS = ("kind",)
 
 
 def check_node(node: str, control_plane: str) -> str:
@@ -79,6 +80,28 @@ def check_node(node: str, control_plane: str) -> str:
         raise ProfileError(f"--node real runs its kubelet against fakelet's local API server; "
                            f"drop --control-plane {control_plane}")
     return node
+
+
+def check_cluster(cluster: str | None, kind_image: str | None, keep_cluster: bool, node: str,
+                  spec: SubjectSpec) -> str | None:
+    """--cluster kind and what goes with it; the plugin must come as an image (it runs as a DaemonSet)."""
+    if cluster is None:
+        for flag, value in (("--kind-image", kind_image), ("--keep-cluster", keep_cluster)):
+            if value:
+                raise ProfileError(f"{flag} goes with --cluster kind")
+        return None
+    if cluster not in CLUSTERS:
+        raise ProfileError(f"--cluster {cluster!r}: choose one of {', '.join(CLUSTERS)}")
+    if node != "fake":
+        raise ProfileError(f"--cluster {cluster} brings its own kubelet; drop --node {node}")
+    if spec.launcher != "container":
+        raise ProfileError(f"--cluster {cluster} deploys the plugin's image as a DaemonSet: give --image")
+    if kind_image is not None and not IMAGE_REF.fullmatch(kind_image):
+        raise ProfileError(f"--kind-image {kind_image!r}: not an image reference (e.g. kindest/node:v1.36.0)")
+    from harness.kind import manifests
+
+    manifests.render_args(spec, spec.command)  # a placeholder a kind node cannot fill is an error now
+    return cluster
 
 
 def check_control_plane(spec: str) -> str:
@@ -450,6 +473,9 @@ class RunConfig:
     subject_file: str | None = None  # absolute path, when the subject came from --subject-file
     plugin_cmd: str | None = None  # as given, when the subject came from --plugin-cmd
     image: Image | None = None  # --image (with --image-arg, --privileged): the subject runs from it
+    cluster: str | None = None  # --cluster kind: the subject's image as a DaemonSet on a kind cluster
+    kind_image: str | None = None  # --kind-image: the kind node image (default: kind's own)
+    keep_cluster: bool = False  # --keep-cluster: reuse the cluster, and leave it for the next run
     overrides: Overrides = field(default_factory=Overrides)
     # --require: check IDs or areas (DP-HLT) whose "not exercised" fails the run.
     require: list[str] = field(default_factory=list)
@@ -463,7 +489,8 @@ class RunConfig:
               kind: str | None = None, kubelet_version: str = "default", control_plane: str = "local", *,
               subject_file: str | None = None, driver: str | None = None,
               overrides: Overrides | None = None, require: list[str] | None = None,
-              reaction_bound: float | None = None, node: str = "fake", image: Image | None = None) -> RunConfig:
+              reaction_bound: float | None = None, node: str = "fake", image: Image | None = None,
+              cluster: str | None = None, kind_image: str | None = None, keep_cluster: bool = False) -> RunConfig:
         """Validate every input; a ProfileError (or ValueError) names the flag or file:line: field.
 
         `kind` None means "not given" (device-plugin for --plugin-cmd; an error with a subject).
@@ -474,6 +501,7 @@ class RunConfig:
         if defect is not None and defect not in spec.defects:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
+        cluster = check_cluster(cluster, kind_image, keep_cluster, node, spec)
         check_base()
         check_binary(binary)
         check_templates(spec, binary, parse_env(overrides.env))
@@ -488,7 +516,9 @@ class RunConfig:
                    control_plane=check_control_plane(control_plane),
                    subject_file=str(Path(subject_file).resolve()) if subject_file else None,
                    plugin_cmd=plugin_cmd, image=image, overrides=overrides, require=check_require(require or []),
-                   node=check_node(node, control_plane))
+                   node=check_node(node, control_plane),
+                   cluster=cluster, kind_image=kind_image,
+                   keep_cluster=keep_cluster)
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
@@ -603,6 +633,9 @@ class RunConfig:
             parts += ["--defect", self.defect]
         if self.node != "fake":
             parts += ["--node", self.node]
+        if self.cluster is not None:
+            parts += ["--cluster", self.cluster, *(["--kind-image", self.kind_image] if self.kind_image else []),
+                      *(["--keep-cluster"] if self.keep_cluster else [])]
         if self.profile.shortened:
             parts += ["--reaction-bound", f"{self.profile.reaction_s:g}"]
         parts += ["--profile", self.profile.name, "--seed", str(self.seed), "--check", check_id]

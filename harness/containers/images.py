@@ -98,7 +98,8 @@ def ensure_present(image: str) -> None:
         try:
             found.images.pull(image)
         except DockerException as err:
-            raise ImageError(f"image {image} is not in the Docker engine at {engine.host()} and pulling it "
-                             f"failed: {str(err).splitlines()[0][:300]}") from None
+            said = str(getattr(err, "explanation", None) or err).splitlines()[0]
+            raise ImageError(f"image {image} is not in the Docker engine at {engine.host()} and cannot be pulled "
+                             f"({said[-200:]})") from None
     finally:
         found.close()

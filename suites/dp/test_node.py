@@ -81,13 +81,13 @@ def started(env: DPEnv) -> Event:
 
 
 @check("DP-NODE-01", MUST, "the Node advertises the plugin's devices: capacity and allocatable reach its device "
-       "count within T", real_kubelet=True)
+       "count within T", real_kubelet=True, kind=True)
 def test_node_advertises_devices(dp_env: DPEnv) -> None:
     started(dp_env)
 
 
 @check("DP-NODE-02", MUST, "after a kubelet restart (its sockets deleted by the kubelet), the Node advertises every "
-       "device again within T", real_kubelet=True)
+       "device again within T", real_kubelet=True, kind=True)
 def test_node_advertises_after_restart(dp_env: DPEnv) -> None:
     env = dp_env
     started(env)
