@@ -248,7 +248,8 @@ def test_kind_is_built_from_the_module_proxy() -> None:
         kind = kind_binary()
     except KindUnavailable as err:
         pytest.skip(str(err))
-    assert subprocess.run([str(kind), "version"], capture_output=True, text=True, timeout=30).stdout.startswith("kind v")
+    said = subprocess.run([str(kind), "version"], capture_output=True, text=True, timeout=30).stdout
+    assert said.startswith("kind v"), said
 
 
 def test_without_a_kind_node_image_the_kind_tier_skips_with_one_line(docker_engine: str, tmp: Path,
