@@ -168,13 +168,15 @@ class DPEnv:
         """Where the plugin's socket appears once it serves (a container's readiness)."""
         return [self.sandbox.plugin_dir]
 
-    def _container_launcher(self, argv: list[str], env: dict[str, str], log: Path) -> ContainerLauncher:
+    def _container_launcher(self, argv: list[str], env: dict[str, str], log: Path,
+                            values: dict[str, str]) -> ContainerLauncher:
         """The image as its DaemonSet runs it: the kubelet's dirs at their host paths, the sandbox (fake
         hardware) at its own, and any other host path the plugin was given, read-only."""
         from harness.containers.launcher import ContainerLauncher
 
         assert self.spec.image is not None
         binds = {**self._namespace_binds(), str(self.sandbox.path): str(self.sandbox.path)}
+        binds.update({render(host, values, self.spec.source): inside for inside, host in self.spec.mounts.items()})
         sandbox = str(self.sandbox.path) + "/"
         given = [p for p in paths_in([*argv, *env.values()])
                  if os.path.exists(p) and not (p + "/").startswith(sandbox)]
@@ -205,7 +207,7 @@ class DPEnv:
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "container":
             # The image brings its own environment; the plugin gets only what the subject gives it.
-            return self._container_launcher(argv, given, log)
+            return self._container_launcher(argv, given, log, values)
         # A minimal environment, so that a run does not depend on who started it; pass_env is the way out.
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.sandbox.path),
                "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "GRPC_VERBOSITY": "ERROR", **given}

@@ -351,6 +351,7 @@ def templates(spec: SubjectSpec) -> list[tuple[str, str]]:
     out = [(f"command[{n}]", t) for n, t in enumerate(spec.command)]
     out += [(f"defect_args[{n}]", t) for n, t in enumerate(spec.defect_args)]
     out += [(f"env.{k}", v) for k, v in spec.env.items()]
+    out += [(f"mounts.{k}", v) for k, v in spec.mounts.items()]
     return out
 
 

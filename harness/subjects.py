@@ -134,6 +134,9 @@ class SubjectSpec:
     # launcher container: the image, whose entrypoint gets `command` as its arguments
     image: str | None = None
     privileged: bool = False
+    # launcher container: path in the container -> host path template, e.g. the fake hardware's
+    # {sysfs_root}/sys/class/drm over /sys/class/drm (what a DaemonSet's hostPath gives the real one)
+    mounts: dict[str, str] = field(default_factory=dict)
     # The fake device backend wired to this subject: inventory (an absolute path once
     # loaded), skin, and which of its changes the plugin can see (health, temperature, hotplug).
     backend: dict[str, str] | None = None
@@ -389,6 +392,7 @@ SCHEMA: dict[str, Field] = {
     "command": Field((list,), items=STR),
     "image": Field((str,), check=_image_ref),
     "privileged": Field((bool,)),
+    "mounts": Field((dict,), values=STR, key_check=_absolute),
     "env": Field((dict,), values=STR, key_check=_env_name),
     "pass_env": Field((list,), items=Field((str,), check=_env_name)),
     "socket": Field((str, type(None))),
@@ -516,7 +520,7 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
         errors.add("private_dirs", "needs launcher: mount-namespace or container")
     if launcher == "container" and "image" not in doc:
         errors.add("", "missing required key 'image' (launcher: container runs an image)")
-    for key in ("image", "privileged"):
+    for key in ("image", "privileged", "mounts"):
         if key in doc and launcher != "container":
             errors.add(key, "needs launcher: container")
     if launcher != "container":
@@ -619,7 +623,7 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
     driver = doc.get("driver")
     return SubjectSpec(
         name=doc["name"], kind=doc["kind"], command=list(doc.get("command") or []), driver=driver,
-        image=doc.get("image"), privileged=doc.get("privileged", False),
+        image=doc.get("image"), privileged=doc.get("privileged", False), mounts=dict(doc.get("mounts") or {}),
         resource=driver or doc["resource"], launcher=doc.get("launcher", "process"),
         description=doc.get("description", ""), env=dict(doc.get("env") or {}),
         pass_env=list(doc.get("pass_env") or []), socket=doc.get("socket"), inventory=inventory,

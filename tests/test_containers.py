@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,3 +277,28 @@ def test_without_a_kind_node_image_the_kind_tier_skips_with_one_line(docker_engi
         assert checks[fake_only]["verdict"] == "not-exercised"
         assert checks[fake_only]["detail"].startswith("on a kind cluster:")
     assert not list(tmp.glob("fakelet-kind-*")), "a tier that could not start leaves nothing"
+
+
+def test_a_subject_file_runs_its_image_with_the_fake_hardware_where_it_asks(busybox_image: str, tmp: Path,
+                                                                           tmp_path: Path) -> None:
+    subject = tmp_path / "boxed.yaml"
+    subject.write_text(f"""\
+name: boxed
+kind: device-plugin
+launcher: container
+image: {busybox_image}
+resource: vendor.example.com/gpu
+# The vendor's image reads its devices under /hw; the fake hardware is mounted there.
+mounts:
+  /hw: "{{sysfs_root}}"
+command: ["sh", "-c", "echo classes: $(ls /hw/sys/class); exit 4"]
+backend:
+  inventory: inventories/basic.yaml
+""")
+    out = tmp_path / "out"
+    proc = _fakelet(tmp, "run", "--subject-file", str(subject), "--check", "DP-REG-01", "--out", str(out),
+                    timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = (out / "report.json").read_text()
+    assert "the container exited with code 4" in text
+    assert re.search(r"classes: [a-z]", text), text  # it listed the fake hardware's device classes

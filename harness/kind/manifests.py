@@ -64,17 +64,23 @@ def daemonset(spec: SubjectSpec, image: str, name: str, namespace: str = NAMESPA
     mounts = [("device-plugins", DEVICE_PLUGIN_DIR)]
     if spec.is_dra:
         mounts = [("plugins-registry", REGISTRY_DIR), ("plugins", PLUGINS_DIR), ("cdi", CDI_DIR), *mounts]
-    volumes, volume_mounts = zip(*(_host_path(n, p) for n, p in mounts), strict=True)
+    volumes, volume_mounts = (list(x) for x in zip(*(_host_path(n, p) for n, p in mounts), strict=True))
+    # The subject's own mounts: on a kind node, the node's paths (the fake hardware is not there).
+    for n, (inside, host) in enumerate(sorted(spec.mounts.items())):
+        volume, mount = _host_path(f"mount-{n}", render_args(spec, [host])[0], "")
+        mount["mountPath"] = inside
+        volumes.append(volume)
+        volume_mounts.append(mount)
     env = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     env += [{"name": k, "value": render(v, _values(spec), spec.source)} for k, v in spec.env.items()]
     container: dict[str, Any] = {
         "name": "plugin", "image": image, "imagePullPolicy": "IfNotPresent", "args": render_args(spec, spec.command),
-        "env": env, "volumeMounts": list(volume_mounts),
+        "env": env, "volumeMounts": volume_mounts,
         "securityContext": {"privileged": spec.privileged},
     }
     labels = {APP_LABEL: name, **MANAGED_BY}
     pod_spec: dict[str, Any] = {
-        "containers": [container], "volumes": list(volumes), "priorityClassName": "system-node-critical",
+        "containers": [container], "volumes": volumes, "priorityClassName": "system-node-critical",
         "tolerations": [{"operator": "Exists"}],
     }
     out: list[dict[str, Any]] = []
