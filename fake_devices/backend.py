@@ -18,10 +18,12 @@ from typing import Any
 
 from fake_devices.materialize import Materializer
 from fake_devices.model import HEALTHY, UNHEALTHY, Device, Inventory, unknown_device_message
+from fake_devices.nvml.surface import NvmlSurface
 from harness.timeline import Timeline
 
 SOURCE = "devices"  # the timeline source of every event the backend records
-OPS = ("fail", "recover", "heat", "cool", "unplug", "plug", "ecc")
+OPS = ("fail", "recover", "heat", "cool", "unplug", "plug", "ecc", "xid")
+MAX_XID = 1_000  # NVIDIA's XIDs are small numbers; past this a control is a typo
 
 
 class DeviceBackend:
@@ -33,6 +35,8 @@ class DeviceBackend:
         self.inventory = copy.deepcopy(inventory)
         self.timeline = timeline
         self.materializer = Materializer(self.root, skin)
+        # The vendor surfaces fed by the same model: NVML under the nvml skin.
+        self.nvml = NvmlSurface(self.root) if skin == "nvml" else None
         self._lock = threading.RLock()
         self._running = False
 
@@ -50,6 +54,8 @@ class DeviceBackend:
         with self._lock:
             if not self._running:
                 self.materializer.write_all(self.inventory)
+                if self.nvml is not None:
+                    self.nvml.start(self.inventory.devices, self.materializer.make_node)
                 self._running = True
                 self._record("devices.start", root=str(self.root), skin=self.skin,
                              devices=[d.id for d in self.inventory.devices if d.present],
@@ -115,6 +121,24 @@ class DeviceBackend:
             total = self._device(device_id).ecc_errors + count
             return self._change("ecc", device_id, ecc_errors=total)
 
+    def xid(self, device_id: str, xid: int) -> dict[str, Any]:
+        """An NVIDIA XID error on the device (NVML's XID critical-error event); the model does not change."""
+        if isinstance(xid, bool) or not isinstance(xid, int) or not 1 <= xid <= MAX_XID:
+            raise ValueError(f"xid must be an XID number from 1 to {MAX_XID}, got {xid!r}")
+        if self.nvml is None:
+            raise ValueError("xid needs the nvml skin (an XID is an NVML event)")
+        return self._change("xid", device_id, xid=xid)
+
+    def nvml_wait_error(self, code: int) -> None:
+        """NVML's event wait fails with `code` from now on (0: it works again): a health source that broke."""
+        if self.nvml is None:
+            raise ValueError("nvml_wait_error needs the nvml skin")
+        with self._lock:
+            self.nvml.wait_error = code
+            if self._running:
+                self.nvml.write(self.inventory.devices)
+            self._record("device.nvml_wait_error", code=code)
+
     def apply(self, op: str, device_id: str, value: float | None = None) -> dict[str, Any]:
         """One operation by name: what fault scripts and the control API call."""
         if op in ("heat", "cool"):
@@ -128,6 +152,10 @@ class DeviceBackend:
                     or value != int(value)):
                 raise ValueError(f"ecc count must be a positive integer, got {value!r}")
             return self.ecc(device_id, int(value))
+        if op == "xid":
+            if value is None or isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+                raise ValueError(f"xid needs an XID number, got {value!r}")
+            return self.xid(device_id, int(value))
         if op in OPS:
             return getattr(self, op)(device_id)
         raise ValueError(f"unknown device operation {op!r}; known: {', '.join(OPS)}")
@@ -144,6 +172,7 @@ class DeviceBackend:
         """All of a change or none of it: the tree is written from a copy, the model updated after."""
         with self._lock:
             device = self._device(device_id)
+            xid = changes.pop("xid", None)  # an event, not a change of the model
             changed = copy.copy(device)
             for name, value in changes.items():
                 setattr(changed, name, value)
@@ -154,10 +183,12 @@ class DeviceBackend:
                     self.materializer.remove_device(changed)
             for name, value in changes.items():
                 setattr(device, name, value)
+            if self.nvml is not None and self._running:
+                self.nvml.apply(op, self.inventory.devices, device, xid)
             # Recorded after the write: when the event exists, the tree already shows the change.
             self._record(f"device.{op}", device=device.id, health=device.health,
                          temperature_c=device.temperature_c, present=device.present,
-                         ecc_errors=device.ecc_errors)
+                         ecc_errors=device.ecc_errors, **({"xid": xid} if xid is not None else {}))
             return device.to_dict()
 
     def _record(self, kind: str, **data: Any) -> None:

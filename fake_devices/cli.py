@@ -3,6 +3,7 @@
     fakelet devices [--socket PATH] fail|recover|unplug|plug|state DEV
     fakelet devices [--socket PATH] heat|cool DEV DEGREES_C
     fakelet devices [--socket PATH] ecc DEV [COUNT]
+    fakelet devices [--socket PATH] xid DEV N          (the nvml skin: an NVIDIA XID error event)
     fakelet devices [--socket PATH] flap DEV [--period S] [--cycles N]
     fakelet devices [--socket PATH] list
 
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", help=f"the session's control socket (default: ${SOCKET_ENV})")
     parser.add_argument("op", choices=CONTROL_OPS, help="what to do")
     parser.add_argument("device", nargs="?", help="device id, e.g. gpu-0 (all ops but list)")
-    parser.add_argument("value", nargs="?", help="degrees C for heat/cool; error count for ecc (default 1)")
+    parser.add_argument("value", nargs="?",
+                        help="degrees C for heat/cool; error count for ecc (default 1); the XID for xid")
     parser.add_argument("--period", type=float, default=1.0, metavar="S", help="flap: seconds per cycle (default 1)")
     parser.add_argument("--cycles", type=int, default=3, metavar="N", help="flap: fail/recover cycles (default 3)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON response")
@@ -62,6 +64,11 @@ def request_for(args: argparse.Namespace) -> dict[str, Any]:
         if args.value is None:
             raise UsageError(f"{op} needs a temperature in degrees C, e.g. {op} {args.device} 95")
         request["value"] = _number(args.value, f"{op} temperature")
+    elif op == "xid":
+        try:
+            request["value"] = int(args.value)
+        except (TypeError, ValueError):
+            raise UsageError(f"xid needs an XID number, e.g. xid {args.device} 79 (got {args.value!r})") from None
     elif op == "ecc":
         if args.value is not None:
             try:

@@ -82,7 +82,7 @@ from pathlib import Path
 
 from fake_devices.model import Device, Inventory, atomic_write_text
 
-SKINS = ("neutral", "drm")
+SKINS = ("neutral", "drm", "nvml")  # nvml: the neutral tree plus the NVML surface (fake_devices/nvml/)
 STAGING = ".staging"
 # drm_drv.c: minors are allocated per type in blocks of 64; render minors are
 # type DRM_MINOR_RENDER (2), hence renderD128 + card index.
@@ -290,6 +290,11 @@ class Materializer:
                 self.remove_device(device)
             shutil.rmtree(self.root / STAGING, ignore_errors=True)
             self._written.clear()
+
+    def make_node(self, name: str, major: int, minor: int) -> None:
+        """ROOT/dev/<name>: a char device node where mknod is allowed, else a regular file (said in the report)."""
+        with self._lock:
+            self._make_node(self.root / "dev" / name, major, minor)
 
     # -- mechanics -----------------------------------------------------------
 

@@ -529,10 +529,28 @@ def cmd_up(args: argparse.Namespace) -> int:
             print(f"control socket: {sock}\nexport FAKELET_CONTROL_SOCKET={sock}   # then: fakelet devices fail ID, "
                   "fakelet pods create, fakelet taint add DEV",
                   flush=True)
+        for line in surface_exports(session):
+            print(line, flush=True)
         session.wait(args.duration)
     finally:
         session.close()
     return EXIT_OK
+
+
+def surface_exports(session: Session) -> list[str]:
+    """What a person exports to point their own vendor tools (nvidia-smi, a script on pynvml) at the fake GPUs."""
+    devices = session.env.devices if session.env is not None else None
+    if devices is None or devices.nvml is None:
+        return []
+    from fake_devices.nvml.build import NvmlBuildError, library
+
+    try:
+        lib = library()
+    except NvmlBuildError as err:
+        return [f"# the fake NVML library is unavailable: {err}"]
+    exports = {"LD_LIBRARY_PATH": str(lib.parent), **devices.nvml.env}
+    return [f"export {k}={v}" for k, v in exports.items()] + [
+        "# then any NVML tool sees the fake GPUs; fakelet devices heat|fail|ecc|xid DEV changes what it sees"]
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:

@@ -147,8 +147,10 @@ class DPEnv:
             raise ProfileError(str(err)) from None
         shutil.copyfile(source, self.sandbox.path / "inventory.yaml")
         root = self.sandbox.path / "hw"
-        self.devices = DeviceBackend(root, inventory, self.timeline,
-                                     skin=self.spec.backend.get("skin", "neutral")).start()
+        self.devices = DeviceBackend(root, inventory, self.timeline, skin=self.spec.backend.get("skin", "neutral"))
+        if self.devices.nvml is not None:
+            self.devices.nvml.threshold_c = self.spec.thermal[0]  # NVML's shutdown threshold: the subject's
+        self.devices.start()
         self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
         return root
 
@@ -163,6 +165,20 @@ class DPEnv:
             if device.get("dev"):
                 (self.sandbox.dev_dir / device["dev"]).touch()
         return target
+
+    def _surface_env(self) -> dict[str, str]:
+        """What a plugin needs to reach the fake hardware's vendor surfaces: under the nvml skin, our
+        libnvidia-ml.so.1 on its library path and the state it reads."""
+        nvml = self.devices.nvml if self.devices is not None else None
+        if nvml is None:
+            return {}
+        from fake_devices.nvml.build import NvmlBuildError, library
+
+        try:
+            lib = library()
+        except NvmlBuildError as err:
+            raise SubjectUnavailable(str(err)) from None
+        return {"LD_LIBRARY_PATH": str(lib.parent), **nvml.env}
 
     def _ready_dirs(self) -> list[Path]:
         """Where the plugin's socket appears once it serves (a container's readiness)."""
@@ -203,7 +219,8 @@ class DPEnv:
         argv = [render(a, values, self.spec.source) for a in self.spec.command]
         if self.defect:
             argv += [render(a, values, self.spec.source) for a in self.spec.defect_args]
-        given = {**passed_env(self.spec), **{k: render(v, values, self.spec.source) for k, v in self.spec.env.items()}}
+        given = {**self._surface_env(), **passed_env(self.spec),
+                 **{k: render(v, values, self.spec.source) for k, v in self.spec.env.items()}}
         log = self.sandbox.logs_dir / f"{self.spec.name}.log"
         if self.spec.launcher == "container":
             # The image brings its own environment; the plugin gets only what the subject gives it.
@@ -265,6 +282,8 @@ class DPEnv:
         if self.access is not None:
             self.access.stop()
             self.facts["fake hardware read"] = self.access.summary()
+        if self.devices is not None and self.devices.nvml is not None:
+            self.facts["NVML calls"] = self.devices.nvml.summary() or "none: the plugin never called NVML"
         if self.devices is not None and not self.devices.char_devices:
             self.facts["device nodes"] = f"regular files: {self.devices.materializer.mknod_error or 'no mknod'}"
         self.cleanup += getattr(self.subject, "cleanup", list)()
@@ -436,6 +455,10 @@ class DPEnv:
         if self.devices is None:
             return False
         if capability in self.spec.observes:
+            return True
+        nvml = self.devices.nvml
+        if nvml is not None and nvml.reads(capability):
+            self.note(f"the plugin watched the fake GPUs' {capability} through NVML, so it is held to it")
             return True
         trace = self.access
         if trace is None:

@@ -15,6 +15,8 @@ command -v runc >/dev/null || [ -x /usr/sbin/runc ] || wanted+=(runc)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q static || \
     dpkg -s busybox-static >/dev/null 2>&1 || wanted+=(busybox-static)
 command -v dockerd >/dev/null || wanted+=(docker.io)
+# - gcc: compiles fakelet's own NVML-compatible library (fake_devices/nvml/libnvml.c) on first use.
+command -v cc >/dev/null || wanted+=(gcc)
 if [ ${#wanted[@]} -eq 0 ]; then
     exit 0
 fi

@@ -89,3 +89,9 @@ DP_BENIGN: dict[str, str] = {
     "daemonize": "forks a detached daemon (setsid) that serves, and its main process exits 0",
     "scratch-files": "writes a scratch file into the temp dir on every Allocate and never removes it",
 }
+
+# Its NVML health source (--nvml, subject reference-nvml): bugs NVIDIA device plugin users report.
+DP_NVML_DEFECTS: dict[str, str] = {
+    "app-xid-fatal": "marks a GPU unhealthy for good on an application XID (13, 31, 43, 45, 68, 109)",
+    "wait-error-keeps-healthy": "keeps every GPU healthy when nvmlEventSetWait itself fails",
+}

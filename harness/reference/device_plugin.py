@@ -33,7 +33,8 @@ from inotify_simple import flags as IN
 
 from harness.grpcutil import insecure_unix_channel, unix_target
 from harness.reference import hostile
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_NVML_DEFECTS
+from harness.reference.nvml_source import NvmlError, NvmlSource
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
@@ -196,8 +197,10 @@ class ReferencePlugin:
         self.socket_name = args.socket_name
         self.socket_path = self.plugin_dir / self.socket_name
         self.resource = args.resource
-        self.source: InventorySource | SysfsSource
-        if args.sysfs_root:
+        self.source: InventorySource | SysfsSource | NvmlSource
+        if args.nvml:
+            self.source = NvmlSource(Path(args.dev_dir or "/dev"), args.defect)
+        elif args.sysfs_root:
             self.source = SysfsSource(Path(args.sysfs_root))
         else:
             inventory = Path(args.inventory)
@@ -419,8 +422,12 @@ class ReferencePlugin:
         while not self.terminating.is_set():
             loop.step()
             timeout = loop.timeout_ms()
-            ready, _, _ = select.select([watcher.fileno(), self._wake_r], [], [],
+            nvml_wake = getattr(self.source, "wake_r", None)  # the NVML source's event wait says "look again"
+            ready, _, _ = select.select([watcher.fileno(), self._wake_r, *([nvml_wake] if nvml_wake else [])], [], [],
                                         None if timeout is None else timeout / 1000)
+            if nvml_wake is not None and nvml_wake in ready:
+                os.read(nvml_wake, 4096)
+                self.refresh()
             if watcher.fileno() in ready:
                 devices_changed = False
                 for event in watcher.read(timeout=0):
@@ -556,11 +563,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--inventory", help="inventory YAML with a 'devices' list")
     source.add_argument("--sysfs-root", help="root of the fake device backend's tree (ROOT/sys/class/...)")
+    source.add_argument("--nvml", action="store_true",
+                        help="GPUs and their health from NVML (libnvidia-ml.so.1 on the library path)")
     parser.add_argument("--temp-threshold-c", type=float, default=85.0, help="overtemperature: Unhealthy above")
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
-    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_HOSTILE | DP_BENIGN),
+    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS),
                         help="run as a mutant with this bug, or with this benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
                         help="answer every Allocate N ms late (an injected latency fault; default 0)")
@@ -588,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s reference-dp %(levelname)s %(message)s")
     try:
         plugin = ReferencePlugin(args)
-    except (OSError, ValueError, yaml.YAMLError) as err:
+    except (OSError, ValueError, yaml.YAMLError, NvmlError) as err:
         print(f"reference-dp: {err}", file=sys.stderr)
         return 2
 

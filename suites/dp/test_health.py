@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_UNKNOWN
 from fake_devices.scripts import flap, run_script
 from harness.checks import MUST, SHOULD, check, expect, not_exercised
 from harness.devicemap import IDENTITY, DeviceMap
@@ -29,6 +30,7 @@ DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool
 FLAP_CYCLES = 5
 FLAP_PERIOD_S = 0.25  # fixed in every profile: a verdict must not depend on the profile
 SCRIPT_TIMEOUT_S = 60.0  # a flap script that has not finished by then is a harness fault
+NVML_CHECKS = ("DP-HLT-06", "DP-HLT-07")  # exercised only through the nvml skin's NVML surface
 
 
 @dataclass(frozen=True)
@@ -190,3 +192,50 @@ def test_hotplug(dp_env: DPEnv) -> None:
     since = env.now()
     env.devices.plug(t.inventory_id)  # type: ignore[union-attr]
     wait_list(env, reg, since, f"{t.describe()} listed {HEALTHY} again after hot-plug", is_up(t))
+
+
+def ready_nvml(env: DPEnv) -> tuple[Event, Target]:
+    """As `ready`, for a plugin that watches NVML events (the nvml skin, its call log)."""
+    reg, t = ready(env, "health")
+    nvml = env.devices.nvml if env.devices is not None else None
+    if nvml is None:
+        not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
+    if not nvml.reads("health"):
+        not_exercised(f"the plugin watches no NVML events (its NVML calls: {nvml.summary() or 'none'})")
+    return reg, t
+
+
+@check("DP-HLT-06", SHOULD, "application XIDs (13, 31, 43, 45, 68, 109) do not make a GPU unhealthy; "
+       "an XID 79 afterwards does")
+def test_application_xids_are_not_device_failures(dp_env: DPEnv) -> None:
+    env = dp_env
+    reg, t = ready_nvml(env)
+    assert env.devices is not None
+    since = env.now()
+    for xid in APPLICATION_XIDS:
+        env.devices.xid(t.inventory_id, xid)
+    endpoint = reg.get("endpoint_id")
+    down = env.timeline.wait_quiet(
+        lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet" and e.get("endpoint_id") == endpoint
+        and is_down(t)(devices_of(e)), env.profile.quiet_window_s, since)
+    expect(down is None, f"{t.describe()} still {HEALTHY} {env.profile.quiet_window_s:g}s after application XIDs "
+           f"{', '.join(map(str, APPLICATION_XIDS))}", f"{UNHEALTHY} at {env.at(down) if down else ''}")
+    # The control: the plugin does act on its events, so the quiet above means something.
+    since = env.now()
+    env.devices.fail(t.inventory_id)
+    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} after XID 79 (fallen off the bus)", is_down(t))
+
+
+@check("DP-HLT-07", SHOULD, "when the health source itself fails (nvmlEventSetWait errors), no GPU stays advertised "
+       "Healthy")
+def test_a_blind_plugin_advertises_no_healthy_gpu(dp_env: DPEnv) -> None:
+    env = dp_env
+    reg, t = ready_nvml(env)
+    assert env.devices is not None and env.devices.nvml is not None
+    since = env.now()
+    env.devices.nvml_wait_error(NVML_ERROR_UNKNOWN)
+    wait_list(env, reg, since, f"no device {HEALTHY} once nvmlEventSetWait fails",
+              lambda d: bool(d) and health_counts(d)[0] == 0)
+    since = env.now()
+    env.devices.nvml_wait_error(0)
+    wait_list(env, reg, since, f"{t.describe()} {HEALTHY} again once the event wait works", is_up(t))

@@ -1,0 +1,53 @@
+"""libnvidia-ml.so.1 from our own C source, compiled with the system C compiler on first use.
+
+Cached by the source's hash under the user's cache dir (`$FAKELET_CACHE`, else
+~/.cache/fakelet), so every run after the first finds it built. No compiler is
+one clear error naming the package that brings one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent / "libnvml.c"
+LIBRARY = "libnvidia-ml.so.1"  # the soname NVML's consumers dlopen
+COMPILE_TIMEOUT_S = 120.0
+
+
+class NvmlBuildError(RuntimeError):
+    """The library cannot be built here; the message says why and what to install."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FAKELET_CACHE") or Path.home() / ".cache" / "fakelet") / "nvml"
+
+
+def library() -> Path:
+    """The built library (built now if missing): a directory to put on LD_LIBRARY_PATH holds it."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    target = cache_root() / digest / LIBRARY
+    if target.is_file():
+        return target
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
+    if cc is None:
+        raise NvmlBuildError("no C compiler (cc) to build the fake NVML library: apt-get install -y gcc")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Built beside the target and renamed into place: concurrent first uses never see half a file.
+    fd, partial = tempfile.mkstemp(dir=target.parent, suffix=".so")
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden",
+                               f"-Wl,-soname,{LIBRARY}", "-o", partial, str(SOURCE), "-lpthread"],
+                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise NvmlBuildError(f"{cc} failed to build the fake NVML library: {proc.stderr.strip()[-600:]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target

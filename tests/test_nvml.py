@@ -1,0 +1,155 @@
+"""The fake NVML library against NVIDIA's own binding (nvidia-ml-py), fed by the fake backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fake_devices.backend import DeviceBackend
+from fake_devices.model import Inventory
+from fake_devices.nvml import build
+from fake_devices.nvml.surface import XID_DBE, XID_FALLEN_OFF_BUS
+from harness.subjects import fixtures_dir, load_yaml
+
+CONSUMER = Path(__file__).resolve().parent / "nvml_consumer.py"
+STEP_S = 30.0  # one step of the consumer: a Python start and an NVML call or a wait
+EVENT_XID, EVENT_DBE = 0x8, 0x2  # nvmlEventTypeXidCriticalError, nvmlEventTypeDoubleBitEccError
+
+
+def _library() -> Path:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py (NVIDIA's NVML binding) is not installed")
+    try:
+        return build.library()
+    except build.NvmlBuildError as err:
+        pytest.skip(str(err))
+
+
+@pytest.fixture
+def gpus(tmp_path: Path) -> Iterator[DeviceBackend]:
+    inventory = Inventory.from_dict(load_yaml(fixtures_dir() / "inventories" / "gpus-seed7.yaml").data, "gpus-seed7")
+    backend = DeviceBackend(tmp_path / "hw", inventory, skin="nvml").start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+def _env(backend: DeviceBackend) -> dict[str, str]:
+    assert backend.nvml is not None
+    return dict(os.environ, LD_LIBRARY_PATH=str(_library().parent), **backend.nvml.env)
+
+
+def _consumer(backend: DeviceBackend, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(CONSUMER), *args], env=_env(backend), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _line(proc: subprocess.Popen[str]) -> dict:
+    """The consumer's next line (a blocking read; the consumer's own waits are bounded, and so is the test)."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(STEP_S)
+        raise AssertionError(f"the consumer exited: {proc.stderr.read() if proc.stderr else ''}")
+    return json.loads(line)
+
+
+def _inventory(backend: DeviceBackend) -> dict:
+    proc = subprocess.run([sys.executable, str(CONSUMER), "inventory"], env=_env(backend), capture_output=True,
+                          text=True, timeout=STEP_S)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_nvidias_binding_enumerates_the_fake_gpus(gpus: DeviceBackend) -> None:
+    got = _inventory(gpus)
+    devices = [d for d in gpus.devices() if d.cls == "gpu"]
+    assert got["count"] == len(devices) > 0
+    assert [d["uuid"] for d in got["devices"]] == [f"GPU-{d.uuid}" for d in devices]
+    first, model = got["devices"][0], devices[0]
+    assert first["name"].startswith("NVIDIA ") and first["minor"] == 0
+    assert first["bus_id"].endswith(model.pci_address.split(":", 1)[1].upper())
+    assert first["pci_device_id"] & 0xFFFF == 0x10DE  # NVIDIA's PCI vendor
+    assert first["memory_total"] == model.memory_mib << 20
+    assert first["temperature"] == round(model.temperature_c) and first["throttle"] == 0
+    assert first["mig"] == [0, 0] and first["dbe"] == 0
+    calls = gpus.nvml.calls() if gpus.nvml else []
+    assert {"nvmlInitWithFlags", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2"} <= set(calls)
+
+
+def test_heat_moves_nvml_and_sysfs_together(gpus: DeviceBackend) -> None:
+    target = next(d for d in gpus.devices() if d.cls == "gpu")
+    gpus.heat(target.id, 95.0)
+    hot = _inventory(gpus)["devices"][0]
+    assert hot["temperature"] == 95 and hot["temperature"] >= hot["slowdown"]
+    assert hot["throttle"] & 0x20 and hot["throttle"] & 0x40, "thermal slowdown, software and hardware"
+    sysfs = (gpus.materializer.device_dir(target) / "temperature").read_text().strip()
+    assert sysfs.startswith("95"), sysfs
+    gpus.cool(target.id, 40.0)
+    assert _inventory(gpus)["devices"][0]["throttle"] == 0
+
+
+def test_unplug_and_plug_change_the_enumeration(gpus: DeviceBackend) -> None:
+    gpu_ids = [d.id for d in gpus.devices() if d.cls == "gpu"]
+    gpus.unplug(gpu_ids[0])
+    assert _inventory(gpus)["count"] == len(gpu_ids) - 1
+    gpus.plug(gpu_ids[0])
+    assert _inventory(gpus)["count"] == len(gpu_ids)
+
+
+def test_failures_ecc_and_xids_reach_an_event_wait(gpus: DeviceBackend) -> None:
+    gpu = [d for d in gpus.devices() if d.cls == "gpu"]
+    proc = _consumer(gpus, "events", "5000", "5")
+    try:
+        assert _line(proc)["ready"]
+        gpus.fail(gpu[1].id)
+        lost = _line(proc)
+        assert (lost["type"], lost["xid"], lost["uuid"], lost["lost"]) == (
+            EVENT_XID, XID_FALLEN_OFF_BUS, f"GPU-{gpu[1].uuid}", True)
+        gpus.recover(gpu[1].id)
+        gpus.ecc(gpu[0].id, 2)
+        assert (_line(proc)["type"], _line(proc)["xid"]) == (EVENT_DBE, XID_DBE)
+        gpus.xid(gpu[2].id, 13)  # an application XID: the plugin is expected to ignore it
+        app = _line(proc)
+        assert (app["xid"], app["uuid"], app["lost"]) == (13, f"GPU-{gpu[2].uuid}", False)
+        started = time.monotonic()
+        assert _line(proc)["error"].lower().startswith("timeout")  # nothing more happened: NVML_ERROR_TIMEOUT
+        assert time.monotonic() - started >= 4.0
+        assert proc.wait(STEP_S) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _inventory(gpus)["devices"][0]["dbe"] == 2
+    assert "nvmlEventSetWait_v2" in (gpus.nvml.calls() if gpus.nvml else [])
+
+
+def test_a_failed_device_answers_gpu_is_lost_until_it_recovers(gpus: DeviceBackend) -> None:
+    target = next(d for d in gpus.devices() if d.cls == "gpu")
+    gpus.fail(target.id)
+    assert "GPU is lost" in _inventory(gpus)["devices"][0]["error"]
+    gpus.recover(target.id)
+    assert _inventory(gpus)["devices"][0]["uuid"] == f"GPU-{target.uuid}"
+
+
+def test_xid_is_a_control_of_the_nvml_skin_only(tmp_path: Path) -> None:
+    inventory = Inventory.from_dict(load_yaml(fixtures_dir() / "inventories" / "basic.yaml").data, "basic")
+    with DeviceBackend(tmp_path / "hw", inventory) as plain, pytest.raises(ValueError, match="needs the nvml skin"):
+        plain.xid("gpu-0", 79)
+    with DeviceBackend(tmp_path / "hw2", inventory, skin="nvml") as nvml, pytest.raises(ValueError, match="XID"):
+        nvml.xid("gpu-0", 0)
+
+
+def test_no_compiler_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKELET_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-cc")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build.NvmlBuildError, match=r"no C compiler .*apt-get install -y gcc"):
+        build.library()
