@@ -129,6 +129,16 @@ class DeviceBackend:
             raise ValueError("xid needs the nvml skin (an XID is an NVML event)")
         return self._change("xid", device_id, xid=xid)
 
+    def nvml_init_error(self, code: int) -> None:
+        """nvmlInit answers `code` from now on (0: it works): the driver not loaded, a broken install."""
+        if self.nvml is None:
+            raise ValueError("nvml_init_error needs the nvml skin")
+        with self._lock:
+            self.nvml.init_error = code
+            if self._running:
+                self.nvml.write(self.inventory.devices)
+            self._record("device.nvml_init_error", code=code)
+
     def nvml_wait_error(self, code: int) -> None:
         """NVML's event wait fails with `code` from now on (0: it works again): a health source that broke."""
         if self.nvml is None:

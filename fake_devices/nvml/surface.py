@@ -40,6 +40,7 @@ DEFAULT_SHUTDOWN_C = 85.0
 XID_FALLEN_OFF_BUS = 79
 XID_DBE = 48  # double-bit ECC error
 NVML_ERROR_UNKNOWN = 999  # nvmlReturn_t
+NVML_ERROR_DRIVER_NOT_LOADED = 9
 EVENT_DBE = 0x2  # nvmlEventTypeDoubleBitEccError
 EVENT_XID = 0x8  # nvmlEventTypeXidCriticalError
 APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)  # what NVIDIA's device plugin ignores by default
@@ -49,6 +50,7 @@ CAPABILITY_CALLS = {
     "temperature": ("nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons",
                     "nvmlDeviceGetCurrentClocksThrottleReasons"),
     "hotplug": ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2"),
+    "init": ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags"),
 }
 
 

@@ -94,4 +94,5 @@ DP_BENIGN: dict[str, str] = {
 DP_NVML_DEFECTS: dict[str, str] = {
     "app-xid-fatal": "marks a GPU unhealthy for good on an application XID (13, 31, 43, 45, 68, 109)",
     "wait-error-keeps-healthy": "keeps every GPU healthy when nvmlEventSetWait itself fails",
+    "init-error-keeps-healthy": "when NVML does not initialize, lists /dev/nvidiaN as healthy GPUs anyway",
 }

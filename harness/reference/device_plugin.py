@@ -34,7 +34,7 @@ from inotify_simple import flags as IN
 from harness.grpcutil import insecure_unix_channel, unix_target
 from harness.reference import hostile
 from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_NVML_DEFECTS
-from harness.reference.nvml_source import NvmlError, NvmlSource
+from harness.reference.nvml_source import DeviceNodeFallback, NvmlError, NvmlSource
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
@@ -197,9 +197,14 @@ class ReferencePlugin:
         self.socket_name = args.socket_name
         self.socket_path = self.plugin_dir / self.socket_name
         self.resource = args.resource
-        self.source: InventorySource | SysfsSource | NvmlSource
+        self.source: InventorySource | SysfsSource | NvmlSource | DeviceNodeFallback
         if args.nvml:
-            self.source = NvmlSource(Path(args.dev_dir or "/dev"), args.defect)
+            try:
+                self.source = NvmlSource(Path(args.dev_dir or "/dev"), args.defect)
+            except NvmlError:
+                if args.defect != "init-error-keeps-healthy":
+                    raise  # no NVML, no GPUs it can vouch for: exit, as a blind plugin should
+                self.source = DeviceNodeFallback(Path(args.dev_dir or "/dev"))
         elif args.sysfs_root:
             self.source = SysfsSource(Path(args.sysfs_root))
         else:

@@ -9,8 +9,11 @@ event makes the plugin look again; the temperature is polled at every wait's
 timeout; and when the wait itself fails, every device is reported Unhealthy
 until it works again (no healthy capacity on a blind plugin).
 
-Mutants (harness/reference/defects.py): `app-xid-fatal` (any XID marks its device
-unhealthy for good), `wait-error-keeps-healthy` (a failing wait changes nothing).
+Mutants (harness/reference/defects.py): `app-xid-fatal` (an application XID marks
+its device unhealthy for good), `wait-error-keeps-healthy` (a failing wait
+changes nothing), `init-error-keeps-healthy` (when NVML does not initialize, it
+falls back to listing /dev/nvidiaN as healthy GPUs: the node keeps advertising
+GPUs nothing watches).
 """
 
 from __future__ import annotations
@@ -157,3 +160,21 @@ class NvmlSource:
         self._stop.set()
         self._thread.join(WAIT_MS / 1000 + 1)
         self.lib.nvmlShutdown()
+
+
+class DeviceNodeFallback:
+    """The init-error-keeps-healthy mutant's source: every /dev/nvidiaN a healthy GPU, whatever NVML says."""
+
+    def __init__(self, dev_dir: Path) -> None:
+        self.dev_dir = dev_dir
+
+    def read(self) -> list[SeenDevice]:
+        nodes = sorted(p for p in self.dev_dir.glob("nvidia[0-9]*") if p.name[6:].isdigit())
+        return [SeenDevice(id=p.name, numa=0, health=HEALTHY, temperature_c=None, present=True, host_path=str(p))
+                for p in nodes]
+
+    def watch(self, inotify: object) -> None:
+        """Nothing changes what it lists."""
+
+    def owns(self, wd: int, name: str) -> bool:
+        return False

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_UNKNOWN
+from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_UNKNOWN
 from fake_devices.scripts import flap, run_script
 from harness.checks import MUST, SHOULD, check, expect, not_exercised
 from harness.devicemap import IDENTITY, DeviceMap
@@ -30,7 +30,7 @@ DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool
 FLAP_CYCLES = 5
 FLAP_PERIOD_S = 0.25  # fixed in every profile: a verdict must not depend on the profile
 SCRIPT_TIMEOUT_S = 60.0  # a flap script that has not finished by then is a harness fault
-NVML_CHECKS = ("DP-HLT-06", "DP-HLT-07")  # exercised only through the nvml skin's NVML surface
+NVML_CHECKS = ("DP-HLT-06", "DP-HLT-07", "DP-HLT-08")  # exercised only through the nvml skin's NVML surface
 
 
 @dataclass(frozen=True)
@@ -239,3 +239,24 @@ def test_a_blind_plugin_advertises_no_healthy_gpu(dp_env: DPEnv) -> None:
     since = env.now()
     env.devices.nvml_wait_error(0)
     wait_list(env, reg, since, f"{t.describe()} {HEALTHY} again once the event wait works", is_up(t))
+
+
+@check("DP-HLT-08", SHOULD, "a plugin whose NVML does not initialize advertises no healthy GPU")
+def test_no_healthy_gpu_without_nvml(dp_env: DPEnv) -> None:
+    env = dp_env
+    nvml = env.devices.nvml if env.devices is not None else None
+    if env.devices is None or nvml is None:
+        not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
+    env.devices.nvml_init_error(NVML_ERROR_DRIVER_NOT_LOADED)  # before the plugin's first call
+    since = env.now()
+    env.start()
+    resource = env.spec.resource
+    # Until the plugin advertises healthy capacity (the bug), gives up (exits), or T passes.
+    first = env.timeline.wait_quiet(
+        lambda e: (e.kind == "kubelet.devices" and e.get("resource") == resource and (e.get("allocatable") or 0) > 0)
+        or (e.kind == "process.exit" and env.is_mine(e)), env.profile.reaction_s, since)
+    if not nvml.reads("init"):
+        not_exercised(f"the plugin never initialized NVML (its NVML calls: {nvml.summary() or 'none'})")
+    advertised = first is not None and first.kind == "kubelet.devices"
+    expect(not advertised, f"no healthy {resource} on the Node while nvmlInit fails (NVML_ERROR_DRIVER_NOT_LOADED)",
+           f"allocatable {first.get('allocatable') if first else ''} at {env.at(first) if first else ''}")
