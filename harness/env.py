@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from fake_devices.access import AccessTrace
 from fake_devices.backend import DeviceBackend
+from fake_devices.levelzero import DEFAULT_SOCKET as LEVELZERO_SOCKET
+from fake_devices.levelzero import LevelZeroSidecar
 from fake_devices.model import Inventory
 from harness.checks import expect, not_exercised
 from harness.devicemap import DeviceMap, HardwareDevice, map_devices
@@ -82,9 +84,12 @@ class DPEnv:
         self.cleanup: list[str] = []  # what containment had to clean up after the plugin
         self._device_map: DeviceMap | None = None
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
+        self.levelzero: LevelZeroSidecar | None = None  # the drm skin's Level-Zero health sidecar
         try:
             self.subject = self._make_launcher()
         except BaseException:
+            if self.levelzero is not None:
+                self.levelzero.stop()
             if self.devices is not None:
                 self.devices.stop()
             self.sandbox.close()
@@ -107,7 +112,12 @@ class DPEnv:
 
     def _namespace_binds(self) -> dict[str, str]:
         """Sandbox directory -> the host path a mount-namespace subject sees it at."""
-        return {str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR}
+        return {str(self.sandbox.plugin_dir): HOST_DEVICE_PLUGIN_DIR, **self._sidecar_binds()}
+
+    def _sidecar_binds(self) -> dict[str, str]:
+        if self.levelzero is None:
+            return {}
+        return {str(self.levelzero.socket_path.parent): str(Path(LEVELZERO_SOCKET).parent)}
 
     def _placeholders(self) -> dict[str, str]:
         values = {
@@ -115,7 +125,7 @@ class DPEnv:
             "kubelet_socket": str(self.sandbox.kubelet_socket), "dev_dir": str(self.sandbox.dev_dir),
             "sandbox": str(self.sandbox.path), "resource": self.spec.resource,
             "free_port": str(free_port()), "defect": self.defect or "",
-            "bin": self.binary or "", "inventory": "", "sysfs_root": "",
+            "bin": self.binary or "", "inventory": "", "sysfs_root": "", "levelzero_socket": "",
         }
         if self.spec.host_view:
             # Inside the namespace (or container) the plugin sees the sandbox at the host path.
@@ -127,6 +137,10 @@ class DPEnv:
         if self.spec.backend:
             root = self._start_backend()
             values["sysfs_root"], values["dev_dir"] = str(root), str(root / "dev")
+            if self.levelzero is not None:
+                # Inside a namespace or container the sidecar's dir is bound at its host path.
+                here = str(self.levelzero.socket_path)
+                values["levelzero_socket"] = LEVELZERO_SOCKET if self.spec.host_view else here
             # {inventory} of a backend-only subject: the backend's starting inventory.
             values["inventory"] = values["inventory"] or str(self.sandbox.path / "inventory.yaml")
         return values
@@ -151,6 +165,10 @@ class DPEnv:
         if self.devices.nvml is not None:
             self.devices.nvml.threshold_c = self.spec.thermal[0]  # NVML's shutdown threshold: the subject's
         self.devices.start()
+        if self.devices.skin == "drm":
+            # Intel's GPU plugin asks its Level-Zero sidecar for health: fakelet serves it from the same model.
+            self.levelzero = LevelZeroSidecar(self.devices.devices, self.sandbox.path / "levelzero" / "server.sock",
+                                              self.timeline).start()
         self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
         return root
 
@@ -265,6 +283,8 @@ class DPEnv:
             self.stop_scripts.set()
             self.node.close()
             self.files.stop()
+            if self.levelzero is not None:
+                self.levelzero.stop()
             if self.devices is not None:
                 self.devices.stop()
             if self.artifacts is not None:
@@ -282,6 +302,8 @@ class DPEnv:
         if self.access is not None:
             self.access.stop()
             self.facts["fake hardware read"] = self.access.summary()
+        if self.levelzero is not None:
+            self.facts["Level-Zero sidecar calls"] = self.levelzero.summary() or "none: the plugin never asked it"
         if self.devices is not None and self.devices.nvml is not None:
             self.facts["NVML calls"] = self.devices.nvml.summary() or "none: the plugin never called NVML"
         if self.devices is not None and not self.devices.char_devices:
@@ -455,6 +477,9 @@ class DPEnv:
         if self.devices is None:
             return False
         if capability in self.spec.observes:
+            return True
+        if self.levelzero is not None and self.levelzero.reads(capability):
+            self.note(f"the plugin asked the Level-Zero sidecar for {capability}, so it is held to it")
             return True
         nvml = self.devices.nvml
         if nvml is not None and nvml.reads(capability):

@@ -343,6 +343,8 @@ def unavailable_placeholders(spec: SubjectSpec, binary: str | None) -> dict[str,
         out["inventory"] = "the subject has no inventory (give --inventory)"
     if not spec.backend:
         out["sysfs_root"] = "the subject has no fake device backend (give --inventory or --skin)"
+    if (spec.backend or {}).get("skin") != "drm":
+        out["levelzero_socket"] = "the Level-Zero sidecar serves Intel GPUs: it comes with the drm skin"
     return out
 
 

@@ -54,7 +54,7 @@ DEFAULT_THERMAL = (85.0, 5.0)  # threshold and hysteresis, degrees C
 # Placeholders every subject's templates may use; DRA drivers get the DRAEnv ones too
 # (harness/draenv.py `_more_placeholders`; tests/test_subject_file.py keeps the two in step).
 DP_PLACEHOLDERS = ("python", "plugin_dir", "kubelet_socket", "dev_dir", "sandbox", "resource", "free_port",
-                   "defect", "bin", "inventory", "sysfs_root")
+                   "defect", "bin", "inventory", "sysfs_root", "levelzero_socket")
 DRA_PLACEHOLDERS = (*DP_PLACEHOLDERS, "registry_dir", "plugins_dir", "cdi_dir", "kubeconfig", "node_name",
                     "state_dir", "driver", "health_refresh_s")
 PLACEHOLDERS = {"device-plugin": DP_PLACEHOLDERS, "dra": DRA_PLACEHOLDERS}

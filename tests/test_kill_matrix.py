@@ -21,15 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_NVML_DEFECTS
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.subjects import SubjectSpec, load_subject
-from suites.dp.test_health import NVML_CHECKS
+from suites.dp.test_health import SURFACE_CHECKS
 
 SPEC = load_subject("reference-dp")
 DRA_SPEC = load_subject("reference-dra")
 NVML_SPEC = load_subject("reference-nvml")
-SPECS = {"reference-dp": SPEC, "reference-dra": DRA_SPEC, "reference-nvml": NVML_SPEC}
+LEVELZERO_SPEC = load_subject("reference-levelzero")
+SPECS = {"reference-dp": SPEC, "reference-dra": DRA_SPEC, "reference-nvml": NVML_SPEC,
+         "reference-levelzero": LEVELZERO_SPEC}
 CASES = [(name, None) for name in SPECS] + [(name, d) for name, spec in SPECS.items() for d in sorted(spec.defects)]
 RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 REFERENCE_JOBS = "5"  # checks at once in a run under the kubelet's own bounds (the reference, benign behaviours)
@@ -60,6 +62,7 @@ def test_profile_documents_every_defect() -> None:
     assert all(SPEC.defects[b].kills == [] for b in BENIGN)
     assert set(DRA_SPEC.defects) == set(DRA_DEFECTS)
     assert set(NVML_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_NVML_DEFECTS)
+    assert set(LEVELZERO_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_LEVELZERO_DEFECTS)
 
 
 def hostile_corpus() -> list[tuple[str, str]]:
@@ -91,8 +94,10 @@ def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool 
 def test_reference_passes_everything(subject: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     spec = SPECS[subject]
     code, report = fakelet_run(tmp_path, *run_args(spec, request, reference=True), subject=subject)
-    # Checks of a vendor surface the subject's fake hardware lacks (DP-HLT-06/07 need the nvml skin).
-    surface_only = set() if (spec.backend or {}).get("skin") == "nvml" else set(NVML_CHECKS)
+    # Checks of a vendor surface the subject's fake hardware lacks (DP-HLT-06..08 need the nvml skin, DP-HLT-09
+    # the drm skin's sidecar) can only be not exercised.
+    skin = (spec.backend or {}).get("skin")
+    surface_only = {c for s, checks in SURFACE_CHECKS.items() if s != skin for c in checks}
     bad = {c["id"] for c in report["checks"] if c["verdict"] != "pass"
            and not (c["id"] in surface_only and c["verdict"] == "not-exercised")}
     assert not bad, explain(report, bad)

@@ -96,3 +96,8 @@ DP_NVML_DEFECTS: dict[str, str] = {
     "wait-error-keeps-healthy": "keeps every GPU healthy when nvmlEventSetWait itself fails",
     "init-error-keeps-healthy": "when NVML does not initialize, lists /dev/nvidiaN as healthy GPUs anyway",
 }
+
+# Its Level-Zero health source (--levelzero, subject reference-levelzero).
+DP_LEVELZERO_DEFECTS: dict[str, str] = {
+    "sidecar-down-keeps-healthy": "keeps reporting GPUs healthy while the Level-Zero sidecar is unreachable",
+}

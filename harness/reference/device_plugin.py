@@ -33,7 +33,8 @@ from inotify_simple import flags as IN
 
 from harness.grpcutil import insecure_unix_channel, unix_target
 from harness.reference import hostile
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_NVML_DEFECTS
+from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
+from harness.reference.levelzero_source import LevelZeroSource
 from harness.reference.nvml_source import DeviceNodeFallback, NvmlError, NvmlSource
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
@@ -197,7 +198,7 @@ class ReferencePlugin:
         self.socket_name = args.socket_name
         self.socket_path = self.plugin_dir / self.socket_name
         self.resource = args.resource
-        self.source: InventorySource | SysfsSource | NvmlSource | DeviceNodeFallback
+        self.source: InventorySource | SysfsSource | NvmlSource | DeviceNodeFallback | LevelZeroSource
         if args.nvml:
             try:
                 self.source = NvmlSource(Path(args.dev_dir or "/dev"), args.defect)
@@ -205,6 +206,8 @@ class ReferencePlugin:
                 if args.defect != "init-error-keeps-healthy":
                     raise  # no NVML, no GPUs it can vouch for: exit, as a blind plugin should
                 self.source = DeviceNodeFallback(Path(args.dev_dir or "/dev"))
+        elif args.sysfs_root and args.levelzero:
+            self.source = LevelZeroSource(Path(args.sysfs_root), Path(args.levelzero), args.defect)
         elif args.sysfs_root:
             self.source = SysfsSource(Path(args.sysfs_root))
         else:
@@ -427,7 +430,8 @@ class ReferencePlugin:
         while not self.terminating.is_set():
             loop.step()
             timeout = loop.timeout_ms()
-            nvml_wake = getattr(self.source, "wake_r", None)  # the NVML source's event wait says "look again"
+            # The NVML source's event wait, or the Level-Zero source's poll, says "look again".
+            nvml_wake = getattr(self.source, "wake_r", None)
             ready, _, _ = select.select([watcher.fileno(), self._wake_r, *([nvml_wake] if nvml_wake else [])], [], [],
                                         None if timeout is None else timeout / 1000)
             if nvml_wake is not None and nvml_wake in ready:
@@ -570,11 +574,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     source.add_argument("--sysfs-root", help="root of the fake device backend's tree (ROOT/sys/class/...)")
     source.add_argument("--nvml", action="store_true",
                         help="GPUs and their health from NVML (libnvidia-ml.so.1 on the library path)")
+    parser.add_argument("--levelzero", metavar="SOCKET",
+                        help="with --sysfs-root: health and temperature from this Level-Zero sidecar, by PCI address")
     parser.add_argument("--temp-threshold-c", type=float, default=85.0, help="overtemperature: Unhealthy above")
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
-    parser.add_argument("--defect", choices=sorted(DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS),
+    every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS
+    parser.add_argument("--defect", choices=sorted(every),
                         help="run as a mutant with this bug, or with this benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
                         help="answer every Allocate N ms late (an injected latency fault; default 0)")

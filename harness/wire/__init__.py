@@ -14,6 +14,8 @@ from harness.wire.drahealth.v1 import api_pb2 as drahealth_v1
 from harness.wire.drahealth.v1 import api_pb2_grpc as drahealth_v1_grpc
 from harness.wire.drahealth.v1alpha1 import api_pb2 as drahealth_v1alpha1
 from harness.wire.drahealth.v1alpha1 import api_pb2_grpc as drahealth_v1alpha1_grpc
+from harness.wire.levelzero import api_pb2 as levelzero
+from harness.wire.levelzero import api_pb2_grpc as levelzero_grpc
 from harness.wire.pluginregistration.v1 import api_pb2 as reg
 from harness.wire.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from harness.wire.podresources.v1 import api_pb2 as podresources
@@ -30,6 +32,8 @@ __all__ = [
     "drahealth_v1_grpc",
     "drahealth_v1alpha1",
     "drahealth_v1alpha1_grpc",
+    "levelzero",
+    "levelzero_grpc",
     "podresources",
     "podresources_grpc",
     "reg",

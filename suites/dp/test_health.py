@@ -31,6 +31,8 @@ FLAP_CYCLES = 5
 FLAP_PERIOD_S = 0.25  # fixed in every profile: a verdict must not depend on the profile
 SCRIPT_TIMEOUT_S = 60.0  # a flap script that has not finished by then is a harness fault
 NVML_CHECKS = ("DP-HLT-06", "DP-HLT-07", "DP-HLT-08")  # exercised only through the nvml skin's NVML surface
+LEVELZERO_CHECKS = ("DP-HLT-09",)  # exercised only through the drm skin's Level-Zero sidecar
+SURFACE_CHECKS = {"nvml": NVML_CHECKS, "drm": LEVELZERO_CHECKS}  # skin -> the checks only it makes possible
 
 
 @dataclass(frozen=True)
@@ -260,3 +262,22 @@ def test_no_healthy_gpu_without_nvml(dp_env: DPEnv) -> None:
     advertised = first is not None and first.kind == "kubelet.devices"
     expect(not advertised, f"no healthy {resource} on the Node while nvmlInit fails (NVML_ERROR_DRIVER_NOT_LOADED)",
            f"allocatable {first.get('allocatable') if first else ''} at {env.at(first) if first else ''}")
+
+
+@check("DP-HLT-09", SHOULD, "while the Level-Zero sidecar is down, no GPU stays advertised Healthy; once it is back, "
+       "they are Healthy again")
+def test_a_plugin_without_its_sidecar_advertises_no_healthy_gpu(dp_env: DPEnv) -> None:
+    env = dp_env
+    reg, t = ready(env, "health")
+    sidecar = env.levelzero
+    if sidecar is None:
+        not_exercised("the fake hardware has no Level-Zero sidecar (the drm skin serves one)")
+    if not sidecar.reads("health"):
+        not_exercised(f"the plugin never asked the Level-Zero sidecar for health ({sidecar.summary() or 'no calls'})")
+    since = env.now()
+    sidecar.stop()
+    wait_list(env, reg, since, f"no device {HEALTHY} while the Level-Zero sidecar is down",
+              lambda d: bool(d) and health_counts(d)[0] == 0)
+    since = env.now()
+    sidecar.start()
+    wait_list(env, reg, since, f"{t.describe()} {HEALTHY} again once the sidecar is back", is_up(t))
