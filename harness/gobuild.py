@@ -44,21 +44,23 @@ def go_binary() -> str:
     return go
 
 
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+def _go_env(cgo: bool = False) -> dict[str, str]:
+    # Static unless a package must call a C library (go-nvml dlopens libnvidia-ml.so.1 through cgo).
+    env = dict(os.environ, CGO_ENABLED="1" if cgo else "0", GOFLAGS="-mod=mod -buildvcs=false")
     # Go 1.27's default JSON experiment breaks some Kubernetes components.
     env.setdefault("GOEXPERIMENT", "nojsonv2")
     return env
 
 
-def _go(args: list[str], cwd: Path) -> None:
-    proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(), capture_output=True, text=True,
+def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
+    proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(cgo), capture_output=True, text=True,
                           timeout=BUILD_TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"go {' '.join(args)} in {cwd} failed:\n{proc.stderr[-4000:]}")
 
 
-def build(module_dir: Path, package: str = ".", name: str | None = None, get: str | None = None) -> Path:
+def build(module_dir: Path, package: str = ".", name: str | None = None, get: str | None = None,
+          cgo: bool = False) -> Path:
     """Build `package` inside `module_dir`; return the cached binary's path.
 
     `get` (module@version) resolves an unpinned requirement first, in a copy
@@ -68,7 +70,7 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
     if not (module_dir / "go.mod").is_file():
         raise FileNotFoundError(f"{module_dir}/go.mod not found")
     name = name or module_dir.name
-    out = cache_dir() / f"{name}-{_module_hash(module_dir, package + (get or ''))}"
+    out = cache_dir() / f"{name}-{_module_hash(module_dir, package + (get or '') + ('+cgo' if cgo else ''))}"
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -77,19 +79,19 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
         fcntl.flock(lock, fcntl.LOCK_EX)
         if out.is_file() and os.access(out, os.X_OK):
             return out
-        return _build_to(out, module_dir, package, get)
+        return _build_to(out, module_dir, package, get, cgo)
 
 
-def _build_to(out: Path, module_dir: Path, package: str, get: str | None) -> Path:
+def _build_to(out: Path, module_dir: Path, package: str, get: str | None, cgo: bool) -> Path:
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # parallel builders never share a temp file
     try:
         if get:
             with tempfile.TemporaryDirectory(prefix="fakelet-gobuild-") as work:
                 shutil.copytree(module_dir, work, dirs_exist_ok=True)
-                _go(["get", get], Path(work))
-                _go(["build", "-o", str(tmp), package], Path(work))
+                _go(["get", get], Path(work), cgo)
+                _go(["build", "-o", str(tmp), package], Path(work), cgo)
         else:
-            _go(["build", "-o", str(tmp), package], module_dir)
+            _go(["build", "-o", str(tmp), package], module_dir, cgo)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -534,7 +534,7 @@ class RunConfig:
         b = self.spec.build
         try:
             self._built_binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"),
-                                                   b.get("get")))
+                                                   b.get("get"), bool(b.get("cgo"))))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
             # One line: the build's last words say what was missing (e.g. the proxy's refusal).
             last = [line.strip() for line in str(err).splitlines() if line.strip()][-2:]

@@ -129,7 +129,7 @@ class SubjectSpec:
     device_map: dict[str, str] | None = None  # plugin device ID -> inventory device ID (devices.map)
     defect_args: list[str] = field(default_factory=list)
     defects: dict[str, Defect] = field(default_factory=dict)
-    build: dict[str, str] | None = None
+    build: dict[str, Any] | None = None
     private_dirs: list[str] = field(default_factory=list)
     # launcher container: the image, whose entrypoint gets `command` as its arguments
     image: str | None = None
@@ -414,7 +414,7 @@ SCHEMA: dict[str, Field] = {
     })),
     "build": Field((dict,), keys={
         "module": Field((str,), required=True), "package": Field((str,), required=True),
-        "binary": STR, "get": STR,
+        "binary": STR, "get": STR, "cgo": Field((bool,)),
     }),
     "private_dirs": Field((list,), items=Field((str,), check=_absolute)),
     "backend": Field((dict,), keys={
