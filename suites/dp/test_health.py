@@ -198,10 +198,10 @@ def test_hotplug(dp_env: DPEnv) -> None:
 
 def ready_nvml(env: DPEnv) -> tuple[Event, Target]:
     """As `ready`, for a plugin that watches NVML events (the nvml skin, its call log)."""
-    reg, t = ready(env, "health")
     nvml = env.devices.nvml if env.devices is not None else None
-    if nvml is None:
+    if nvml is None:  # before anything starts: without the surface there is nothing to judge
         not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
+    reg, t = ready(env, "health")
     if not nvml.reads("health"):
         not_exercised(f"the plugin watches no NVML events (its NVML calls: {nvml.summary() or 'none'})")
     return reg, t
@@ -268,10 +268,10 @@ def test_no_healthy_gpu_without_nvml(dp_env: DPEnv) -> None:
        "they are Healthy again")
 def test_a_plugin_without_its_sidecar_advertises_no_healthy_gpu(dp_env: DPEnv) -> None:
     env = dp_env
-    reg, t = ready(env, "health")
     sidecar = env.levelzero
-    if sidecar is None:
+    if sidecar is None:  # before anything starts: without the sidecar there is nothing to judge
         not_exercised("the fake hardware has no Level-Zero sidecar (the drm skin serves one)")
+    reg, t = ready(env, "health")
     if not sidecar.reads("health"):
         not_exercised(f"the plugin never asked the Level-Zero sidecar for health ({sidecar.summary() or 'no calls'})")
     since = env.now()
