@@ -37,6 +37,7 @@ class DeviceBackend:
         self.materializer = Materializer(self.root, skin)
         # The vendor surfaces fed by the same model: NVML under the nvml skin.
         self.nvml = NvmlSurface(self.root) if skin == "nvml" else None
+        self._view = [copy.copy(d) for d in self.inventory.devices]  # what the vendor surfaces show
         self._lock = threading.RLock()
         self._running = False
 
@@ -84,6 +85,11 @@ class DeviceBackend:
         """Snapshots, in inventory order; changing one changes nothing."""
         with self._lock:
             return [copy.copy(d) for d in self.inventory.devices]
+
+    def surface_view(self) -> list[Device]:
+        """What vendor surfaces (the Level-Zero sidecar) answer from: updated before the tree is written."""
+        with self._lock:
+            return [copy.copy(d) for d in self._view]
 
     def state(self, device_id: str) -> dict[str, Any]:
         with self._lock:
@@ -186,6 +192,10 @@ class DeviceBackend:
             changed = copy.copy(device)
             for name, value in changes.items():
                 setattr(changed, name, value)
+            # The vendor surfaces first: a plugin woken by the tree's change must find them agreeing with it.
+            self._view = [copy.copy(changed if d is device else d) for d in self.inventory.devices]
+            if self.nvml is not None and self._running:
+                self.nvml.apply(op, self._view, changed, xid)
             if self._running:
                 if changed.present:
                     self.materializer.write_device(changed)
@@ -193,8 +203,6 @@ class DeviceBackend:
                     self.materializer.remove_device(changed)
             for name, value in changes.items():
                 setattr(device, name, value)
-            if self.nvml is not None and self._running:
-                self.nvml.apply(op, self.inventory.devices, device, xid)
             # Recorded after the write: when the event exists, the tree already shows the change.
             self._record(f"device.{op}", device=device.id, health=device.health,
                          temperature_c=device.temperature_c, present=device.present,

@@ -167,8 +167,8 @@ class DPEnv:
         self.devices.start()
         if self.devices.skin == "drm":
             # Intel's GPU plugin asks its Level-Zero sidecar for health: fakelet serves it from the same model.
-            self.levelzero = LevelZeroSidecar(self.devices.devices, self.sandbox.path / "levelzero" / "server.sock",
-                                              self.timeline).start()
+            socket = self.sandbox.path / "levelzero" / "server.sock"
+            self.levelzero = LevelZeroSidecar(self.devices.surface_view, socket, self.timeline).start()
         self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
         return root
 

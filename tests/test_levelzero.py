@@ -38,7 +38,7 @@ def test_the_wire_is_intels() -> None:
 def served(tmp_path: Path) -> Iterator[tuple[DeviceBackend, LevelZeroSidecar, lz_grpc.LevelzeroStub]]:
     inventory = Inventory.from_dict(load_yaml(fixtures_dir() / "inventories" / "gpus-only.yaml").data, "gpus-only")
     backend = DeviceBackend(tmp_path / "hw", inventory, skin="drm").start()
-    sidecar = LevelZeroSidecar(backend.devices, tmp_path / "lz" / "server.sock").start()
+    sidecar = LevelZeroSidecar(backend.surface_view, tmp_path / "lz" / "server.sock").start()
     channel = grpc.insecure_channel(unix_target(str(sidecar.socket_path)))
     try:
         yield backend, sidecar, lz_grpc.LevelzeroStub(channel)
