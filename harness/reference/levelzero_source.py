@@ -29,6 +29,7 @@ from harness.wire import levelzero_grpc as lz_grpc
 
 log = logging.getLogger("reference-dp")
 
+ZE_RESULT_ERROR_INVALID_ARGUMENT = 0x78000004  # level-zero ze_api.h: what the sidecar says of an unknown BDF
 POLL_S = 1.0  # how often the sidecar is asked, besides on sysfs changes
 CALL_TIMEOUT_S = 2.0
 
@@ -55,6 +56,8 @@ class LevelZeroSource(SysfsSource):
             if self.defect == "sidecar-down-keeps-healthy":
                 return seen
             return replace(seen, health=UNHEALTHY, temperature_c=None)
+        if health.error.errorcode == ZE_RESULT_ERROR_INVALID_ARGUMENT:
+            return replace(seen, present=False)  # Level Zero knows no such device: it is going away
         ok = health.bus_ok and health.soc_ok and health.memory_ok and not health.error.errorcode
         hottest = max(getattr(temps, "global"), temps.gpu, temps.memory)
         return replace(seen, health=HEALTHY if ok else UNHEALTHY,
