@@ -51,8 +51,10 @@ __all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubel
 
 KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
 HOST_KUBELET_ROOT = "/var/lib/kubelet"  # kubelet --root-dir default; device-plugins under it is fixed
+# /tmp too: the runtime creates a bind mount's missing source directory (a plugin's Allocate answer
+# naming /tmp/<device> in its own private /tmp, as the upstream sample plugin's does) in the node's.
 PRIVATE_DIRS = ["/var/lib/kubelet", "/var/lib/containerd", "/run/containerd", "/var/log/pods",
-                "/var/log/containers"]
+                "/var/log/containers", "/tmp"]
 RUNTIME_READY_TIMEOUT_S = 30.0  # containerd to answer `ctr version` (about 1 s here)
 CTR_TIMEOUT_S = 30.0  # one ctr call (an image import included)
 KUBELET_STOP_GRACE_S = 10.0
@@ -147,8 +149,10 @@ class LocalShell:
                  str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
                  str(self.sandbox.cdi_dir): "/var/run/cdi"}
         try:
+            # The sandbox and the API server's kubeconfig stay visible under the private /tmp.
+            keep = [str(self.sandbox.path), str(self.kubeconfig.parent)]
             self.namespace = NodeNamespace(binds, PRIVATE_DIRS, [HOST_KUBELET_ROOT],
-                                           self.workdir / "namespace.log").start()
+                                           self.workdir / "namespace.log", keep=keep).start()
             self._start_runtime()
         except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
             self.close()

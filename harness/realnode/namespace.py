@@ -86,8 +86,11 @@ class Daemon:
 
 
 class NodeNamespace:
-    def __init__(self, binds: dict[str, str], private: list[str], shared: list[str], log: Path) -> None:
+    def __init__(self, binds: dict[str, str], private: list[str], shared: list[str], log: Path,
+                 keep: list[str] | None = None) -> None:
+        """`keep`: paths that stay visible under a private dir (the sandbox under a private /tmp)."""
         self.binds, self.private, self.shared, self.log = binds, private, shared, log
+        self.keep = list(keep or [])
         self.holder: subprocess.Popen[bytes] | None = None
         self.init_pid: int | None = None
 
@@ -98,6 +101,7 @@ class NodeNamespace:
         self.nsenter = nsenter
         args = [f"--bind={src}:{dst}" for src, dst in self.binds.items()]
         args += [f"--private={p}" for p in self.private] + [f"--shared={p}" for p in self.shared]
+        args += [f"--keep={p}" for p in self.keep]
         report_r, report_w = os.pipe()
         sleep = shutil.which("sleep") or "/bin/sleep"
         cmd = [*unshare_prefix(mount=True, pid=True), "--", *_helper("nsexec.py"), *args, "--proc", "--init",
