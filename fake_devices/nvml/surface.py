@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from fake_devices.model import UNHEALTHY, Device
@@ -78,19 +79,18 @@ class NvmlSurface:
     def gpus(self, devices: list[Device]) -> list[Device]:
         return [d for d in devices if d.cls == "gpu"] or list(devices)
 
-    def start(self, devices: list[Device], make_node: object) -> None:
+    def start(self, devices: list[Device], make_node: Callable[[str, int, int], None]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "events").touch()
         self.write(devices)
         self.make_nodes(devices, make_node)
 
-    def make_nodes(self, devices: list[Device], make_node: object) -> None:
-        make = make_node  # Materializer.make_node(relative path under dev/, major, minor)
-        assert callable(make)
-        make("nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
-        make("nvidia-uvm", UVM_MAJOR, 0)
+    def make_nodes(self, devices: list[Device], make_node: Callable[[str, int, int], None]) -> None:
+        """The driver's nodes, through Materializer.make_node (a name under dev/, major, minor)."""
+        make_node("nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR)
+        make_node("nvidia-uvm", UVM_MAJOR, 0)
         for minor, _ in enumerate(self.gpus(devices)):
-            make(f"nvidia{minor}", NVIDIA_MAJOR, minor)
+            make_node(f"nvidia{minor}", NVIDIA_MAJOR, minor)
 
     def write(self, devices: list[Device]) -> None:
         lines = [f"driver {DRIVER_VERSION}"]
