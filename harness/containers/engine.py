@@ -38,6 +38,7 @@ PING_TIMEOUT_S = 5.0  # an engine that answers at all answers _ping at once
 API_TIMEOUT_S = 60.0  # one engine call (create, start, stop with its grace); image pulls included
 ENGINE_READY_S = 60.0  # dockerd start to its socket answering: about 1 s here
 ENGINE_STOP_S = 10.0
+LISTEN_RETRY_S = 0.05  # between connects while dockerd's socket exists but is not yet listened on
 OWNER_LABEL = "fakelet.owner"  # the run that owns a container: reaper.owner_tag()
 SUBJECT_LABEL = "fakelet.subject"
 # testcontainers starts its reaper (Ryuk) from an image on Docker Hub; fakelet has its own
@@ -118,11 +119,6 @@ def sweep(found: docker.DockerClient | None = None) -> list[str]:
     return removed
 
 
-def mine(found: docker.DockerClient) -> list[str]:
-    """Names of the containers this process owns (a leak check's view)."""
-    return [c.name for c in found.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner_tag()}"})]
-
-
 class PrivateEngine:
     """Debian's dockerd for tests and CI, in a temp dir and namespaces of its own.
 
@@ -195,12 +191,21 @@ class PrivateEngine:
             # Woken by the socket's creation; the bound only lets a dead dockerd be noticed.
             watch.read(timeout=int(min(left, 1.0) * 1000))
         import docker
+        from docker.errors import DockerException
 
-        probe = docker.DockerClient(base_url=f"unix://{sock}", timeout=int(PING_TIMEOUT_S))
-        try:
-            probe.ping()
-        finally:
-            probe.close()
+        # dockerd creates its socket a moment before it listens on it: connect until it answers, bounded.
+        while True:
+            try:
+                probe = docker.DockerClient(base_url=f"unix://{sock}", timeout=int(PING_TIMEOUT_S))
+                try:
+                    probe.ping()
+                    return
+                finally:
+                    probe.close()
+            except DockerException as err:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise EngineUnavailable(f"dockerd made {sock} but does not answer on it: {err}") from None
+                time.sleep(LISTEN_RETRY_S)  # no event marks listen(); the deadline bounds this
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
