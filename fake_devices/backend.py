@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fake_devices.materialize import Materializer
+from fake_devices.materialize import Materializer, has_nvml
 from fake_devices.model import HEALTHY, UNHEALTHY, Device, Inventory, unknown_device_message
 from fake_devices.nvml.surface import NvmlSurface
 from harness.timeline import Timeline
@@ -35,8 +35,9 @@ class DeviceBackend:
         self.inventory = copy.deepcopy(inventory)
         self.timeline = timeline
         self.materializer = Materializer(self.root, skin)
-        # The vendor surfaces fed by the same model: NVML under the nvml skin.
-        self.nvml = NvmlSurface(self.root) if skin == "nvml" else None
+        # The vendor surfaces fed by the same model: NVML under the nvml and drm+nvml skins (the drm
+        # skins' Level-Zero sidecar is served by its user from surface_view, see harness/env.py).
+        self.nvml = NvmlSurface(self.root) if has_nvml(skin) else None
         self._view = [copy.copy(d) for d in self.inventory.devices]  # what the vendor surfaces show
         self._lock = threading.RLock()
         self._running = False
@@ -44,6 +45,11 @@ class DeviceBackend:
     @property
     def skin(self) -> str:
         return self.materializer.skin
+
+    @property
+    def drm(self) -> bool:
+        """Whether the tree is the drm layout (skins drm, drm+nvml), which the Level-Zero sidecar serves."""
+        return self.materializer.drm
 
     @property
     def char_devices(self) -> bool:
@@ -56,7 +62,8 @@ class DeviceBackend:
             if not self._running:
                 self.materializer.write_all(self.inventory)
                 if self.nvml is not None:
-                    self.nvml.start(self.inventory.devices, self.materializer.make_node)
+                    # With a timeline, the library's calls go onto it too (nvml.call, nvml.load).
+                    self.nvml.start(self.inventory.devices, self.materializer.make_node, self.timeline)
                 self._running = True
                 self._record("devices.start", root=str(self.root), skin=self.skin,
                              devices=[d.id for d in self.inventory.devices if d.present],
@@ -70,6 +77,8 @@ class DeviceBackend:
             if not self._running:
                 return
             self._running = False
+            if self.nvml is not None:
+                self.nvml.stop()
             self.materializer.remove_all(self.inventory)
             self._record("devices.stop", root=str(self.root))
 

@@ -12,6 +12,12 @@ the same model that feeds sysfs and NVML, so one control moves every surface:
 
 A sidecar that is down (`stop()`) and one that restarts (`restart()`) are faults
 of their own: the socket goes, and comes back.
+
+Every answer is counted (`calls`, the report's facts) and, with a timeline,
+recorded as a `levelzero.call` event (method, bdf, device, answer) the first
+time a method is asked about a BDF and whenever its answer changes since, never
+one per call: plugins poll. So a temperature asked after a `heat` is one event
+carrying the new temperature, after the backend's `device.heat`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import threading
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -48,36 +55,39 @@ class _Service(lz_grpc.LevelzeroServicer):
                         errorcode=ZE_RESULT_ERROR_INVALID_ARGUMENT)
 
     def GetDeviceHealth(self, request: lz.DeviceId, context: grpc.ServicerContext) -> lz.DeviceHealth:  # noqa: N802
-        self.sidecar.count("GetDeviceHealth")
         d = self._device(request.bdfAddress)
         if d is None:
-            return lz.DeviceHealth(error=self._unknown(request.bdfAddress))
+            return self.sidecar.answered("GetDeviceHealth", request.bdfAddress, None,
+                                         lz.DeviceHealth(error=self._unknown(request.bdfAddress)))
         failed = d.health == UNHEALTHY
-        return lz.DeviceHealth(memory_ok=d.ecc_errors == 0, bus_ok=not failed, soc_ok=not failed, error=lz.Error())
+        return self.sidecar.answered("GetDeviceHealth", request.bdfAddress, d, lz.DeviceHealth(
+            memory_ok=d.ecc_errors == 0, bus_ok=not failed, soc_ok=not failed, error=lz.Error()))
 
     def GetDeviceTemperature(self, request: lz.DeviceId,  # noqa: N802
                              context: grpc.ServicerContext) -> lz.DeviceTemperature:
-        self.sidecar.count("GetDeviceTemperature")
         d = self._device(request.bdfAddress)
         if d is None:
-            return lz.DeviceTemperature(error=self._unknown(request.bdfAddress))
+            return self.sidecar.answered("GetDeviceTemperature", request.bdfAddress, None,
+                                         lz.DeviceTemperature(error=self._unknown(request.bdfAddress)))
         t = d.temperature_c
         # `global` is a Python keyword: the field is set by name.
-        return lz.DeviceTemperature(**{"global": t}, gpu=t, memory=t - MEMORY_OFFSET_C, error=lz.Error())
+        return self.sidecar.answered("GetDeviceTemperature", request.bdfAddress, d, lz.DeviceTemperature(
+            **{"global": t}, gpu=t, memory=t - MEMORY_OFFSET_C, error=lz.Error()))
 
     def GetIntelIndices(self, request: lz.GetIntelIndicesMessage,  # noqa: N802
                         context: grpc.ServicerContext) -> lz.DeviceIndices:
-        self.sidecar.count("GetIntelIndices")
         gpus = [d for d in self.sidecar.devices() if d.cls == "gpu" and d.present]
-        return lz.DeviceIndices(indices=list(range(len(gpus))), error=lz.Error())
+        return self.sidecar.answered("GetIntelIndices", None, None,
+                                     lz.DeviceIndices(indices=list(range(len(gpus))), error=lz.Error()))
 
     def GetDeviceMemoryAmount(self, request: lz.DeviceId,  # noqa: N802
                               context: grpc.ServicerContext) -> lz.DeviceMemoryAmount:
-        self.sidecar.count("GetDeviceMemoryAmount")
         d = self._device(request.bdfAddress)
         if d is None:
-            return lz.DeviceMemoryAmount(error=self._unknown(request.bdfAddress))
-        return lz.DeviceMemoryAmount(memory_size=d.memory_mib << 20, error=lz.Error())
+            return self.sidecar.answered("GetDeviceMemoryAmount", request.bdfAddress, None,
+                                         lz.DeviceMemoryAmount(error=self._unknown(request.bdfAddress)))
+        return self.sidecar.answered("GetDeviceMemoryAmount", request.bdfAddress, d,
+                                     lz.DeviceMemoryAmount(memory_size=d.memory_mib << 20, error=lz.Error()))
 
 
 class LevelZeroSidecar:
@@ -89,14 +99,25 @@ class LevelZeroSidecar:
         self.timeline = timeline
         self.server: grpc.Server | None = None
         self.calls: dict[str, int] = {}  # method -> calls: what the plugin asked the sidecar
+        self._answers: dict[tuple[str, str | None], dict[str, Any]] = {}  # (method, bdf) -> last answer recorded
         self._lock = threading.Lock()
 
     def devices(self) -> list[Device]:
         return self._devices()  # type: ignore[operator]
 
-    def count(self, key: str) -> None:
+    def answered(self, method: str, bdf: str | None, device: Device | None, reply: Any) -> Any:
+        """Count a call and return its `reply`; on the timeline when the answer is news (see the module doc)."""
+        answer = _answer(reply)
         with self._lock:
-            self.calls[key] = self.calls.get(key, 0) + 1
+            self.calls[method] = self.calls.get(method, 0) + 1
+            key = (method, bdf)
+            news = self._answers.get(key) != answer
+            self._answers[key] = answer
+            # Recorded under the lock: two callers' events are in the order their answers were decided.
+            if news and self.timeline is not None:
+                self.timeline.record("levelzero.call", SOURCE, method=method, bdf=bdf,
+                                     device=device.id if device is not None else None, answer=answer)
+        return reply
 
     @property
     def running(self) -> bool:
@@ -143,3 +164,19 @@ class LevelZeroSidecar:
     def _record(self, kind: str, **data: object) -> None:
         if self.timeline is not None:
             self.timeline.record(kind, SOURCE, **data)
+
+
+def _answer(reply: Any) -> dict[str, Any]:
+    """A reply's fields as plain values (the error only when there is one), for the timeline."""
+    out: dict[str, Any] = {}
+    # Every field, not ListFields(): proto3 leaves out false and zero, and bus_ok=False is the news.
+    for field in reply.DESCRIPTOR.fields:
+        value = getattr(reply, field.name)
+        if field.name == "error":
+            if value.errorcode or value.description:
+                out["error"] = value.description or f"code {value.errorcode:#x}"
+        elif isinstance(value, bool | int | float | str | bytes):
+            out[field.name] = value
+        else:
+            out[field.name] = list(value)  # a repeated field (the only other kind this API answers)
+    return out

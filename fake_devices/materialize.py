@@ -28,6 +28,14 @@ drm
 
     So `readlink -f ROOT/sys/class/drm/card0/device` ends in the bdf, and the
     driver's name is the basename of `device/driver`, as on Linux.
+nvml
+    The neutral tree; the backend adds the NVML surface (fake_devices/nvml/).
+drm+nvml
+    The drm tree, with the NVML surface too: one device answers through sysfs,
+    the Level-Zero sidecar and NVML at once, so a test can watch one change
+    reach every surface. The PCI tree stays the drm skin's (Intel's vendor ID,
+    what the sidecar-based plugin requires), while NVML names the same GPU an
+    NVIDIA one: a harness construct, not a machine that exists.
 
 Every link is relative and stays inside ROOT/sys (or ROOT/dev/dri), so the tree
 is valid wherever ROOT/sys as a whole is seen. What a launcher must bind for a
@@ -82,7 +90,9 @@ from pathlib import Path
 
 from fake_devices.model import Device, Inventory, atomic_write_text
 
-SKINS = ("neutral", "drm", "nvml")  # nvml: the neutral tree plus the NVML surface (fake_devices/nvml/)
+# nvml: the neutral tree plus the NVML surface (fake_devices/nvml/). A combined skin is the union of
+# its parts: drm+nvml is the drm tree (and its Level-Zero sidecar) plus NVML, one model behind all.
+SKINS = ("neutral", "drm", "nvml", "drm+nvml")
 STAGING = ".staging"
 # drm_drv.c: minors are allocated per type in blocks of 64; render minors are
 # type DRM_MINOR_RENDER (2), hence renderD128 + card index.
@@ -131,11 +141,29 @@ def pci_bdf(address: str) -> str:
     return "{:04x}:{:02x}:{:02x}.{:x}".format(*values)
 
 
+def skin_parts(skin: str) -> frozenset[str]:
+    """The parts a skin is made of ("drm+nvml" -> {drm, nvml}); callers ask for a part, never compare skins."""
+    if skin not in SKINS:
+        raise ValueError(f"unknown skin {skin!r}; known: {list(SKINS)}")
+    return frozenset(skin.split("+"))
+
+
+def has_drm(skin: str) -> bool:
+    """Whether the skin lays out the DRM tree (and so comes with the Level-Zero sidecar)."""
+    return "drm" in skin_parts(skin)
+
+
+def has_nvml(skin: str) -> bool:
+    """Whether the skin feeds the NVML surface."""
+    return "nvml" in skin_parts(skin)
+
+
 class Materializer:
     def __init__(self, root: Path, skin: str = "neutral") -> None:
         if skin not in SKINS:
             raise ValueError(f"unknown skin {skin!r}; known: {list(SKINS)}")
         self.root, self.skin = Path(root), skin
+        self.drm = has_drm(skin)
         self.mknod_error: str | None = None  # why nodes are regular files, once that is known
         self._char_devices: bool | None = None  # probed lazily: constructing touches no disk
         self._cards: dict[str, int] = {}
@@ -164,7 +192,7 @@ class Materializer:
 
     def card_index(self, device: Device) -> int | None:
         """The DRM card number of a gpu under the drm skin, else None."""
-        if self.skin != "drm" or device.cls != "gpu":
+        if not self.drm or device.cls != "gpu":
             return None
         with self._lock:
             if device.id not in self._cards:
@@ -232,7 +260,7 @@ class Materializer:
             gpus = [d for d in inventory.devices if d.cls == "gpu"]
             self._cards = {d.id: n for n, d in enumerate(gpus)}
             self._numa_nodes = max([d.numa + 1 for d in inventory.devices] or [1])
-            if self.skin == "drm":
+            if self.drm:
                 _check_distinct_bdfs(gpus)
             (self.root / "sys" / "class").mkdir(parents=True, exist_ok=True)
             (self.root / "dev").mkdir(parents=True, exist_ok=True)

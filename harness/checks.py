@@ -41,6 +41,8 @@ KIND_REASON = ("on a kind cluster: this check reads the kubelet's side of the gR
                "kubelet, drives this machine's fake hardware or probes the plugin's socket here, none of which a "
                "pod on a kind node shares")
 
+SUITES = {"device-plugin": "suites.dp", "dra": "suites.dra"}  # each subject kind's conformance checks
+
 
 def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False) -> Any:
     if level not in (MUST, SHOULD):

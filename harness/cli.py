@@ -6,8 +6,8 @@
     fakelet run --plugin-cmd "CMD ..." --resource example.com/foo [--mount-namespace]
     fakelet run --plugin-cmd "CMD ..." --kind dra --driver gpu.example.com [--kubelet-version 1.32|...|newest]
                 [--control-plane local|kubeconfig:PATH|none]
-      one-off changes to any of them: [--inventory PATH_OR_NAME] [--skin neutral|drm] [--env KEY=VALUE ...]
-                [--pass-env NAME ...] [--private-dir PATH ...] [--device-ids opaque|inventory]
+      one-off changes to any of them: [--inventory PATH_OR_NAME] [--skin neutral|drm|nvml|drm+nvml]
+                [--env KEY=VALUE ...] [--pass-env NAME ...] [--private-dir PATH ...] [--device-ids opaque|inventory]
                 [--observes health,temperature,hotplug]
     fakelet up [the same subject flags] [--for SECONDS]
     fakelet subjects
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from fake_devices.cli import main as devices_main
 from harness import fidelity
-from harness.checks import catalog
+from harness.checks import SUITES, catalog
 from harness.containers.engine import sweep as sweep_containers
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
@@ -42,7 +42,12 @@ from harness.profiles import PROFILES
 from harness.realnode.localnode import unavailable as realnode_unavailable
 from harness.reaper import claim, reap
 from harness.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
-from harness.scenarios.runner import SCENARIOS, run_scenario
+from harness.scenarios import library
+from harness.scenarios.repro import write_repros
+from harness.scenarios.runner import describe as describe_scenario
+from harness.scenarios.runner import run_scenario
+from harness.scenarios.schema import Scenario
+from harness.scenarios.schema import load as load_scenario
 from harness.session import Session
 from harness.sessioncli import main as session_main
 from harness.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
@@ -50,7 +55,6 @@ from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, S
 from reports.writers import write_all
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
-SUITES = {"device-plugin": "suites.dp", "dra": "suites.dra"}
 
 
 class UsageError(Exception):
@@ -113,7 +117,9 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
                         "cluster), or none (checks that need one skip)")
 
 
-DEFAULT_SCENARIO_SUBJECT = "reference-dra"
+DEFAULT_SUBJECT = {"device-plugin": "reference-dp", "dra": "reference-dra"}  # a scenario file that names none
+MAX_REPEAT = 100  # more runs than this is a soak, not a reproduction
+SCENARIO_COMMANDS = ("list", "show", "run", "-h", "--help")
 MUTANT_BOUND_S = 6.0  # fidelity: the real kubelet reacts within its 1 s node-status period (plus the 1 s hold)
 MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
 
@@ -174,14 +180,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("taint", "add or remove a DeviceTaintRule on a device of a running session"),
                        ("pods", "create or list a running session's pods (fakelet pods --help)")):
         sub.add_parser(name, add_help=False, help=what).add_argument("args", nargs=argparse.REMAINDER)
-    scenario = sub.add_parser("scenario", help="reproduce a fault end to end, narrated step by step")
-    scenario.add_argument("name", choices=sorted(SCENARIOS), help="the story to tell")
-    _add_subject_flags(scenario, many=False)
-    _add_one_off_flags(scenario)
-    _add_world_flags(scenario)
-    scenario.add_argument("--toleration-seconds", type=int, metavar="N",
-                          help="the pod tolerates the NoExecute taint for N seconds (default: not at all)")
-    scenario.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
+    scenario = sub.add_parser("scenario", help="reproduce a reported bug from a scenario file, narrated step by step")
+    steps = scenario.add_subparsers(dest="scenario_command", required=True)
+    steps.add_parser("list", help="one line per bundled scenario: name, title, upstream link")
+    show = steps.add_parser("show", help="a scenario's report, steps and expected verdicts")
+    show.add_argument("name", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    play = steps.add_parser("run", help="run a scenario: reproduced, not reproduced, or inconclusive")
+    play.add_argument("name", nargs="?", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    play.add_argument("--file", metavar="PATH", help="a scenario file of your own (fixtures/scenarios/*.yaml's form)")
+    _add_subject_flags(play, many=False)
+    _add_one_off_flags(play)
+    _add_world_flags(play)
+    play.add_argument("--node", default="fake", choices=["fake", "real"],
+                      help="fake (fakelet's kubelet, default) or real (kubelet v1.36 from the Go module proxy; root)")
+    play.add_argument("--repeat", type=int, default=1, metavar="N",
+                      help=f"run it N times (races): how many of N reproduced it (at most {MAX_REPEAT})")
+    play.add_argument("--toleration-seconds", type=int, metavar="N",
+                      help="taint-eviction story: the pod tolerates the NoExecute taint for N seconds")
+    play.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
+    play.set_defaults(seed=None)  # the scenario file's seed unless --seed is given
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     return parser
@@ -479,6 +496,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for run in runs:
             target = out if len(runs) == 1 else out / run.spec.name
             reports.append(run_one(args, run, target))
+            write_repros(reports[-1], run, target)
             print_report(reports[-1])
     except Interrupted as stop:
         interrupted = True
@@ -554,21 +572,55 @@ def surface_exports(session: Session) -> list[str]:
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
+    if args.scenario_command == "list":
+        for scenario in library.all_scenarios():
+            print(scenario.summary())
+        return EXIT_OK
+    if args.scenario_command == "show":
+        print("\n".join(describe_scenario(library.find(args.name))))
+        return EXIT_OK
+    return cmd_scenario_run(args)
+
+
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    if (args.name is None) == (args.file is None):
+        raise UsageError("give a scenario NAME (fakelet scenario list) or --file PATH, one of them")
+    return library.find(args.name) if args.name else load_scenario(Path(args.file))
+
+
+def cmd_scenario_run(args: argparse.Namespace) -> int:
     if args.toleration_seconds is not None and not 0 <= args.toleration_seconds <= MAX_TOLERATION_S:
         raise UsageError(f"--toleration-seconds {args.toleration_seconds}: must be between 0 and {MAX_TOLERATION_S}")
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat {args.repeat}: must be between 1 and {MAX_REPEAT}")
     check_one_subject(args)
+    scenario = scenario_of(args)
+    if args.seed is None:
+        args.seed = scenario.seed
+    if args.defect is None and scenario.defect and not (args.subject or args.subject_file or args.plugin_cmd):
+        args.defect = scenario.defect  # a repro file's mutant, on the subject it names
     out = check_out(args.out)
     chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file or args.image
-                              else DEFAULT_SCENARIO_SUBJECT)
+                              else scenario.subject or DEFAULT_SUBJECT[scenario.kind])
     run = build_run(args, chosen, str(out))
-    if not run.spec.is_dra:
-        raise UsageError(f"scenario {args.name} needs a DRA driver; {run.spec.name} is a {run.spec.kind}")
+    if run.spec.kind != scenario.kind:
+        raise UsageError(f"scenario {scenario.name} is for a {scenario.kind}; {run.spec.name} is a {run.spec.kind}")
+    if args.node not in scenario.nodes:
+        raise UsageError(f"scenario {scenario.name} runs on {', '.join(scenario.nodes)} kubelets, not --node "
+                         f"{args.node}")
     reap_dead_runs()
     fresh_out(out)
-    print(f"scenario {args.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}", flush=True)
-    report = run_scenario(run, args.name, lambda line: print(line, flush=True), args.toleration_seconds)
+    print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
+          f"{args.node} kubelet ({scenario.upstream})", flush=True)
+    report = run_scenario(run, scenario, lambda line: print(line, flush=True), repeat=args.repeat, node=args.node,
+                          file=args.file, toleration_s=args.toleration_seconds)
     write_all(report, out)
     print_report(report)
+    outcome = report.facts.get("scenario", {}).get("outcome")
+    if outcome:
+        runs = report.facts["scenario"]
+        tally = f" ({runs['reproduced']} of {runs['runs']} runs reproduced it)" if runs["runs"] > 1 else ""
+        print(f"\nverdict: {outcome.upper()}{tally}")
     print(f"\nreports: {out}/")
     return EXIT_CODES[report.status()]
 
@@ -623,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
         return devices_main(argv[1:])
     if argv[:1] in (["taint"], ["pods"]):
         return session_main(argv[0], argv[1:])
+    if argv[:1] == ["scenario"] and len(argv) > 1 and argv[1] not in SCENARIO_COMMANDS:
+        argv = ["scenario", "run", *argv[1:]]  # `fakelet scenario NAME ...` is `fakelet scenario run NAME ...`
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _term_to_interrupt)
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

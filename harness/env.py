@@ -84,7 +84,8 @@ class DPEnv:
         self.cleanup: list[str] = []  # what containment had to clean up after the plugin
         self._device_map: DeviceMap | None = None
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
-        self.levelzero: LevelZeroSidecar | None = None  # the drm skin's Level-Zero health sidecar
+        self.levelzero: LevelZeroSidecar | None = None  # the drm skins' Level-Zero health sidecar
+        self.nvml_offered: list[str] = []  # where the plugin could find the NVML library (the report's fact)
         try:
             self.subject = self._make_launcher()
         except BaseException:
@@ -165,8 +166,9 @@ class DPEnv:
         if self.devices.nvml is not None:
             self.devices.nvml.threshold_c = self.spec.thermal[0]  # NVML's shutdown threshold: the subject's
         self.devices.start()
-        if self.devices.skin == "drm":
-            # Intel's GPU plugin asks its Level-Zero sidecar for health: fakelet serves it from the same model.
+        if self.devices.drm:
+            # Intel's GPU plugin asks its Level-Zero sidecar for health: fakelet serves it from the same model
+            # (under drm+nvml, the same model NVML answers from).
             socket = self.sandbox.path / "levelzero" / "server.sock"
             self.levelzero = LevelZeroSidecar(self.devices.surface_view, socket, self.timeline).start()
         self.inventory = [{"id": d.id, "numa": d.numa} for d in self.devices.devices() if d.present]
@@ -184,19 +186,37 @@ class DPEnv:
                 (self.sandbox.dev_dir / device["dev"]).touch()
         return target
 
-    def _surface_env(self) -> dict[str, str]:
-        """What a plugin needs to reach the fake hardware's vendor surfaces: under the nvml skin, our
-        libnvidia-ml.so.1 on its library path and the state it reads."""
-        nvml = self.devices.nvml if self.devices is not None else None
-        if nvml is None:
-            return {}
+    def _nvml_library(self) -> Path | None:
+        """Our libnvidia-ml.so.1 when the skin has NVML (built on first use), else None."""
+        if self.devices is None or self.devices.nvml is None:
+            return None
         from fake_devices.nvml.build import NvmlBuildError, library
 
         try:
-            lib = library()
+            return library()
         except NvmlBuildError as err:
             raise SubjectUnavailable(str(err)) from None
-        return {"LD_LIBRARY_PATH": str(lib.parent), **nvml.env}
+
+    def _surface_env(self) -> dict[str, str]:
+        """What a plugin needs to reach the fake hardware's vendor surfaces: under an nvml skin, our
+        libnvidia-ml.so.1 on its library path and the state it reads."""
+        lib = self._nvml_library()
+        if lib is None or self.devices is None or self.devices.nvml is None:
+            return {}
+        self.nvml_offered.append(f"LD_LIBRARY_PATH={lib.parent}")
+        return {"LD_LIBRARY_PATH": str(lib.parent), **self.devices.nvml.env}
+
+    def _surface_files(self) -> dict[str, str]:
+        """Host file -> where a namespace or container plugin finds it: our libnvidia-ml.so.1 at the distribution's
+        path too, for plugins that dlopen it by that path (NVIDIA's looks in the driver's lib dirs) or ignore
+        LD_LIBRARY_PATH. Only in the plugin's own mount namespace: never on the host's /usr/lib."""
+        lib = self._nvml_library()
+        if lib is None:
+            return {}
+        from fake_devices.nvml.build import distribution_path
+
+        self.nvml_offered.append(f"{distribution_path()} (in the plugin's mount namespace)")
+        return {str(lib): distribution_path()}
 
     def _ready_dirs(self) -> list[Path]:
         """Where the plugin's socket appears once it serves (a container's readiness)."""
@@ -217,7 +237,7 @@ class DPEnv:
         return ContainerLauncher(self.spec.name, self.spec.image, argv, env, log, self.timeline, binds=binds,
                                  read_only=given, private_dirs=self.spec.private_dirs,
                                  privileged=self.spec.privileged, ready_dirs=self._ready_dirs(),
-                                 ready_timeout_s=self.profile.reaction_s)
+                                 ready_timeout_s=self.profile.reaction_s, files=self._surface_files())
 
     def _make_launcher(self) -> ProcessLauncher | ContainerLauncher | DaemonSetLauncher:
         if self.kind is not None:
@@ -251,7 +271,7 @@ class DPEnv:
             # subject's private_dirs); the sandbox paths the plugin is given stay visible inside.
             keep = [str(self.sandbox.path), *(v for v in values.values() if v.startswith("/"))]
             return NamespaceLauncher(self.spec.name, argv, env, log, self.timeline, binds=self._namespace_binds(),
-                                     private_dirs=self.spec.private_dirs, keep=keep)
+                                     private_dirs=self.spec.private_dirs, keep=keep, files=self._surface_files())
         # Scratch files a plugin leaves in its temp dir stay in the sandbox, as they would in a
         # container's own /tmp, and go with it (the mount-namespace launcher gives a private /tmp).
         scratch = self.sandbox.path / "tmp"
@@ -306,6 +326,7 @@ class DPEnv:
             self.facts["Level-Zero sidecar calls"] = self.levelzero.summary() or "none: the plugin never asked it"
         if self.devices is not None and self.devices.nvml is not None:
             self.facts["NVML calls"] = self.devices.nvml.summary() or "none: the plugin never called NVML"
+            self.facts["NVML library"] = self._nvml_library_fact()
         if self.devices is not None and not self.devices.char_devices:
             self.facts["device nodes"] = f"regular files: {self.devices.materializer.mknod_error or 'no mknod'}"
         self.cleanup += getattr(self.subject, "cleanup", list)()
@@ -323,6 +344,19 @@ class DPEnv:
             noticed = event.get("finding")
             if noticed and noticed not in self.findings:
                 self.findings.append(noticed)
+
+    def _nvml_library_fact(self) -> str:
+        """Where the plugin's processes loaded libnvidia-ml.so.1 from, as their dynamic loader named it (the
+        library logs it when loaded), or where it was offered when nothing loaded it."""
+        assert self.devices is not None and self.devices.nvml is not None
+        paths: dict[str, int] = {}
+        for load in self.devices.nvml.loads():
+            path = load.get("path", "?")
+            paths[path] = paths.get(path, 0) + 1
+        if not paths:
+            offered = "; ".join(self.nvml_offered) or "nowhere"
+            return f"never loaded (offered: {offered})"
+        return "loaded from " + ", ".join(f"{p} ({n} process{'es' if n != 1 else ''})" for p, n in paths.items())
 
     def _leftover_files(self) -> list[str]:
         """Files the stopped plugin left in the device-plugins directory, which the sandbox removes."""

@@ -23,6 +23,7 @@ harness sees for the subject, the outer process):
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import functools
 import json
@@ -486,6 +487,13 @@ class ProcessLauncher:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def twin(self) -> ProcessLauncher:
+        """A second instance of the same plugin with a run of its own: the new pod of a DaemonSet rolling update."""
+        other = copy.copy(self)
+        other.starts, other.main_exits, other._run, other._cgroup = 0, [], None, None
+        other.limit_hits = cgroups.LimitHits()
+        return other
+
     def restart(self, crash: bool = False) -> None:
         """The plugin-restart fault: stop (or kill) and start again."""
         self.timeline.record("fault.plugin_restart", "harness", subject=self.name, crash=crash)
@@ -576,15 +584,19 @@ class NamespaceLauncher(ProcessLauncher):
     dir -> host path) and /tmp, /run (/var/run), /var/run/cdi and /etc/cdi, plus
     `private_dirs`, are private and empty. The plugin binary, the interpreter,
     and every path the plugin was given (`keep`, and absolute paths in its argv
-    and env) stay visible where a private dir would hide them. The host's file
-    system is never written to, and the mounts vanish with the namespace.
+    and env) stay visible where a private dir would hide them. `files` (host file ->
+    path inside) puts single files where a real node has them, read-only, in a directory
+    that keeps its other entries (the fake libnvidia-ml.so.1 at /usr/lib/<multiarch>/;
+    nsexec --file). The host's file system is never written to, and the mounts vanish
+    with the namespace.
     """
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_path: Path,
                  timeline: Timeline, binds: dict[str, str], private_dirs: Sequence[str] = (),
-                 keep: Sequence[str] = ()) -> None:
+                 keep: Sequence[str] = (), files: dict[str, str] | None = None) -> None:
         super().__init__(name, argv, env, log_path, timeline)
         self.binds = dict(binds)
+        self.files = dict(files or {})
         self.private_dirs = list(dict.fromkeys([*CONTAINER_PRIVATE_DIRS, *private_dirs]))
         self.keep = list(keep)
         self._mount_prefix = namespace_prefix()  # no mount namespace is a LaunchError at once, as before
@@ -611,6 +623,7 @@ class NamespaceLauncher(ProcessLauncher):
         prefix, contained = self.namespaces
         program = program or self.program()
         args = [a for src, dst in self.binds.items() for a in ("--bind", f"{src}:{dst}")]
+        args += [a for src, dst in self.files.items() for a in ("--file", f"{src}:{dst}")]
         args += [a for d in self.private_dirs for a in ("--private", d)]
         args += [a for p in self.keep_paths(program) for a in ("--keep", p)]
         if contained:

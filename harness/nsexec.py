@@ -1,14 +1,23 @@
 """Inside a fresh private mount namespace: give the plugin a container's view, then run it.
 
     unshare --mount --propagation private [--pid --fork --kill-child] -- \\
-        python -I -S harness/nsexec.py [--bind SRC:DST ...] [--private DIR ...] [--keep PATH ...] \\
-        [--shared DIR ...] [--proc] [--init --report-fd N] [--exec PATH] -- PROGRAM ARGS...
+        python -I -S harness/nsexec.py [--bind SRC:DST ...] [--file SRC:DST ...] [--private DIR ...] \\
+        [--keep PATH ...] [--shared DIR ...] [--proc] [--init --report-fd N] [--exec PATH] -- PROGRAM ARGS...
 
 - `--private DIR`: an empty, writable tmpfs at DIR (the launcher passes /tmp, /run,
   /var/run/cdi and /etc/cdi, as a container has its own). Symlinks in DIR are
   resolved first, so /var/run on Debian (a symlink to /run) means /run.
 - `--bind SRC:DST`: SRC (a sandbox directory) at DST, e.g. over
   /var/lib/kubelet/device-plugins. A DST equal to a private dir replaces it.
+- `--file SRC:DST`: the file SRC at DST, read-only, in a directory that otherwise keeps
+  what it has (the fake libnvidia-ml.so.1 at /usr/lib/<multiarch>/, where a distribution's
+  driver package puts it). When SRC is alone in its directory under DST's name (the NVML
+  build cache's layout), DST's directory gets a read-only overlayfs: SRC's directory over
+  the original, both layers passed as fds opened before anything is hidden, no upper
+  layer, so nothing is written anywhere and it is one mount. Otherwise, or when overlayfs
+  is refused (an old kernel in a user namespace), SRC is bound onto an empty file made as
+  for `--bind` (a tmpfs copy of the directory whose entries are bound back), then made
+  read-only; nsexec says so on stderr.
 - `--keep PATH`: PATH stays visible even when a private dir hides it (the plugin
   binary, the interpreter, the sandbox paths the plugin was given): it is bound
   back into place from the original.
@@ -42,10 +51,17 @@ except ImportError:  # run by path in isolated mode (-I), as the launcher does: 
     from harness import nsinit
 
 # linux/mount.h (uapi)
+MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
 MS_BIND = 4096
+MS_RELATIME = 1 << 21
+# Flags a bind's read-only remount must repeat: in a user namespace the ones the host set are locked.
+LOCKED_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_SHARED = 1 << 20
@@ -79,10 +95,12 @@ def under(path: str, root: str) -> bool:
 
 @dataclass
 class Op:
-    kind: str  # "private", "bind" or "keep"
+    kind: str  # "private", "bind", "keep" or "file"
     path: str  # where, resolved against the host's view
-    source_fd: int | None = None  # bind/keep: the original, opened before anything was hidden
+    source_fd: int | None = None  # bind/keep/file: the original, opened before anything was hidden
     is_dir: bool = True
+    layer_fd: int | None = None  # file: SRC's directory, when it can be an overlay layer (SRC alone in it)
+    lower_fd: int | None = None  # file: DST's directory as the host has it, when it exists
 
     @property
     def depth(self) -> int:
@@ -156,6 +174,26 @@ class Namespace:
         self.make_room(op.path, op.is_dir)
         self.bind_fd(op.source_fd, "", op.path)
 
+    def file(self, op: Op) -> None:
+        """SRC at DST, read-only: an overlay of DST's directory when possible, else a bind (see --file)."""
+        assert op.source_fd is not None
+        parent = os.path.dirname(op.path)
+        # A directory one of our mounts already covers is not the host's one the lower fd holds.
+        if op.layer_fd is not None and op.lower_fd is not None and not any(under(parent, p) for p, _ in self.mounts):
+            layers = f"lowerdir={fd_path(op.layer_fd)}:{fd_path(op.lower_fd)}"
+            try:
+                mount("fakelet-file", parent, "overlay", MS_RDONLY, layers)
+                self.mounts.append((parent, False))
+                return
+            except NsexecError as err:
+                print(f"{err}; binding {os.path.basename(op.path)} through a tmpfs copy of {parent} instead",
+                      file=sys.stderr)
+        self.make_room(op.path, False)
+        self.bind_fd(op.source_fd, "", op.path)
+        # The plugin must not write through to the host's file: the bind is made read-only.
+        locked = os.statvfs(op.path).f_flag & LOCKED_FLAGS
+        mount(None, op.path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | locked)
+
 
 def open_source(path: str) -> int:
     try:
@@ -164,7 +202,21 @@ def open_source(path: str) -> int:
         raise NsexecError(f"cannot open {path}: {err.strerror}") from err
 
 
-def plan(binds: Iterable[tuple[str, str]], privates: Iterable[str], keeps: Iterable[str]) -> list[Op]:
+def plan_file(src: str, dst: str) -> Op:
+    """A --file: SRC opened, and the overlay's two layers when SRC can be one (alone in its dir, DST's name)."""
+    real = os.path.realpath(src)
+    source = open_source(real)
+    if os.path.isdir(fd_path(source)):
+        raise NsexecError(f"--file wants a file, and {src} is a directory")
+    parent = os.path.realpath(os.path.dirname(dst))
+    op = Op("file", os.path.join(parent, os.path.basename(dst)), source, is_dir=False)
+    if os.listdir(os.path.dirname(real)) == [os.path.basename(dst)] and os.path.isdir(parent):
+        op.layer_fd, op.lower_fd = open_source(os.path.dirname(real)), open_source(parent)
+    return op
+
+
+def plan(binds: Iterable[tuple[str, str]], privates: Iterable[str], keeps: Iterable[str],
+         files: Iterable[tuple[str, str]] = ()) -> list[Op]:
     """Every mount to make, parents before children, with every source opened now."""
     bind_ops = {}
     for src, dst in binds:
@@ -180,16 +232,21 @@ def plan(binds: Iterable[tuple[str, str]], privates: Iterable[str], keeps: Itera
                 or any(under(keep, b) for b in bind_ops) or any(under(keep, k) for k in keep_ops)):
             continue
         keep_ops[keep] = Op("keep", keep, open_source(keep), os.path.isdir(keep))
-    return sorted([*bind_ops.values(), *private_ops.values(), *keep_ops.values()], key=lambda op: op.depth)
+    # A file after everything at or above its directory (it sorts one level deeper than it).
+    file_ops = [plan_file(src, dst) for src, dst in files]
+    return sorted([*bind_ops.values(), *private_ops.values(), *keep_ops.values(), *file_ops], key=lambda op: op.depth)
 
 
-def setup(binds: Iterable[tuple[str, str]], privates: Iterable[str], keeps: Iterable[str]) -> None:
+def setup(binds: Iterable[tuple[str, str]], privates: Iterable[str], keeps: Iterable[str],
+          files: Iterable[tuple[str, str]] = ()) -> None:
     # Belt and braces: whatever started us, no mount of ours may propagate to the host.
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     ns = Namespace()
-    for op in plan(binds, privates, keeps):
+    for op in plan(binds, privates, keeps, files):
         if op.kind == "private":
             ns.private(op.path)
+        elif op.kind == "file":
+            ns.file(op)
         else:
             ns.bind(op)
 
@@ -205,16 +262,17 @@ def fresh_proc() -> int:
     return host
 
 
-def parse_bind(spec: str) -> tuple[str, str]:
+def parse_bind(spec: str, option: str = "--bind") -> tuple[str, str]:
     src, sep, dst = spec.partition(":")
     if not sep or not src.startswith("/") or not dst.startswith("/"):
-        raise NsexecError(f"--bind wants SRC:DST with absolute paths, not {spec!r}")
+        raise NsexecError(f"{option} wants SRC:DST with absolute paths, not {spec!r}")
     return src, dst
 
 
 def main(args: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nsexec")
     parser.add_argument("--bind", action="append", default=[], metavar="SRC:DST")
+    parser.add_argument("--file", action="append", default=[], metavar="SRC:DST")
     parser.add_argument("--private", action="append", default=[], metavar="DIR")
     parser.add_argument("--keep", action="append", default=[], metavar="PATH")
     parser.add_argument("--shared", action="append", default=[], metavar="DIR")
@@ -228,9 +286,10 @@ def main(args: Sequence[str] | None = None) -> int:
     if not argv:
         raise NsexecError("no program given")
     binds = [parse_bind(b) for b in ns.bind]
+    files = [parse_bind(f, "--file") for f in ns.file]
     # Resolved against the host's view, before anything is hidden.
     cwd = os.path.realpath(os.getcwd())
-    setup(binds, ns.private, ns.keep)
+    setup(binds, ns.private, ns.keep, files)
     for path in ns.shared:
         # Peers only within this namespace: / was made private first, so nothing reaches the host.
         mount(None, os.path.realpath(path), None, MS_REC | MS_SHARED)

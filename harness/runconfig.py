@@ -28,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from fake_devices.materialize import has_drm
 from fake_devices.model import Inventory
 from harness import gobuild
 from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
@@ -343,8 +344,8 @@ def unavailable_placeholders(spec: SubjectSpec, binary: str | None) -> dict[str,
         out["inventory"] = "the subject has no inventory (give --inventory)"
     if not spec.backend:
         out["sysfs_root"] = "the subject has no fake device backend (give --inventory or --skin)"
-    if (spec.backend or {}).get("skin") != "drm":
-        out["levelzero_socket"] = "the Level-Zero sidecar serves Intel GPUs: it comes with the drm skin"
+    if not has_drm((spec.backend or {}).get("skin") or DEFAULT_SKIN):
+        out["levelzero_socket"] = "the Level-Zero sidecar serves Intel GPUs: it comes with the drm and drm+nvml skins"
     return out
 
 

@@ -6,7 +6,9 @@ line per step on stdout, so the test drives the backend between steps:
 
 - `inventory`: what enumeration shows of every device, then exit;
 - `events TIMEOUT_MS N`: register every device for XID and double-bit ECC events,
-  print {"ready": true}, then print each of the next N waits' results.
+  print {"ready": true}, then print each of the next N waits' results;
+- `temperature`: print {"ready": true}, then for each line on stdin (a device index)
+  print that device's temperature, until stdin ends: one process, many reads.
 """
 
 from __future__ import annotations
@@ -75,11 +77,20 @@ def events(timeout_ms: int, n: int) -> None:
     nv.nvmlEventSetFree(event_set)
 
 
+def temperature() -> None:
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        handle = nv.nvmlDeviceGetHandleByIndex(int(line))
+        print(json.dumps({"temperature": nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)}), flush=True)
+
+
 def main() -> None:
     nv.nvmlInit()
     try:
         if sys.argv[1] == "inventory":
             print(json.dumps(inventory()), flush=True)
+        elif sys.argv[1] == "temperature":
+            temperature()
         else:
             events(int(sys.argv[2]), int(sys.argv[3]))
     finally:

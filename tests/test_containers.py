@@ -302,3 +302,34 @@ backend:
     text = (out / "report.json").read_text()
     assert "the container exited with code 4" in text
     assert re.search(r"classes: [a-z]", text), text  # it listed the fake hardware's device classes
+
+
+def test_under_an_nvml_skin_the_image_finds_the_library_at_the_distributions_path(busybox_image: str, tmp: Path,
+                                                                                   tmp_path: Path) -> None:
+    from fake_devices.nvml import build
+
+    try:
+        library = build.library()
+    except build.NvmlBuildError as err:
+        pytest.skip(str(err))
+    target = build.distribution_path()
+    subject = tmp_path / "nvml-boxed.yaml"
+    subject.write_text(f"""\
+name: nvml-boxed
+kind: device-plugin
+launcher: container
+image: {busybox_image}
+resource: vendor.example.com/gpu
+command: ["sh", "-c", "wc -c < {target}; touch {target} || echo read-only; exit 4"]
+backend:
+  inventory: inventories/gpus-only.yaml
+  skin: nvml
+""")
+    out = tmp_path / "out"
+    proc = _fakelet(tmp, "run", "--subject-file", str(subject), "--check", "DP-REG-01", "--out", str(out),
+                    timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = (out / "report.json").read_text()
+    assert "the container exited with code 4" in text
+    assert str(library.stat().st_size) in text and "read-only" in text, text
+    assert not [n for n in os.listdir(os.path.dirname(target)) if n.startswith("libnvidia-ml")]

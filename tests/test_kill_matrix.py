@@ -31,8 +31,10 @@ DRA_SPEC = load_subject("reference-dra")
 NVML_SPEC = load_subject("reference-nvml")
 LEVELZERO_SPEC = load_subject("reference-levelzero")
 NVML_GO_SPEC = load_subject("reference-nvml-go")  # on NVIDIA's go-nvml: needs Go and a C compiler
+NVML_DRA_GO_SPEC = load_subject("reference-nvml-dra-go")  # a DRA driver on go-nvml: Go, a C compiler, an API server
 SPECS = {"reference-dp": SPEC, "reference-dra": DRA_SPEC, "reference-nvml": NVML_SPEC,
-         "reference-levelzero": LEVELZERO_SPEC, "reference-nvml-go": NVML_GO_SPEC}
+         "reference-levelzero": LEVELZERO_SPEC, "reference-nvml-go": NVML_GO_SPEC,
+         "reference-nvml-dra-go": NVML_DRA_GO_SPEC}
 CASES = [(name, None) for name in SPECS] + [(name, d) for name, spec in SPECS.items() for d in sorted(spec.defects)]
 RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 REFERENCE_JOBS = "5"  # checks at once in a run under the kubelet's own bounds (the reference, benign behaviours)
@@ -70,6 +72,9 @@ def test_profile_documents_every_defect() -> None:
     assert set(LEVELZERO_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_LEVELZERO_DEFECTS)
     assert set(NVML_GO_SPEC.defects) == {"never-recovers", "app-xid-fatal", "ignores-xid79", "ignores-temperature",
                                          "wait-error-keeps-healthy"}
+    # Only what a DRA check can kill: no DRA check raises an application XID or fails the event wait.
+    assert set(NVML_DRA_GO_SPEC.defects) == {"never-recovers", "ignores-xid79", "ignores-temperature", "single-stream",
+                                             "no-refresh"}
 
 
 def hostile_corpus() -> list[tuple[str, str]]:

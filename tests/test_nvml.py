@@ -139,6 +139,42 @@ def test_a_failed_device_answers_gpu_is_lost_until_it_recovers(gpus: DeviceBacke
     assert _inventory(gpus)["devices"][0]["uuid"] == f"GPU-{target.uuid}"
 
 
+# A ctypes consumer: each device call once on GPU 0, printing what each answered. The return codes are
+# the NVML ABI's (nvml.h): NOT_SUPPORTED 3 for a GPU without NVLink, INVALID_ARGUMENT 2 for a NULL out
+# pointer, INSUFFICIENT_SIZE 7 for a UUID buffer shorter than the UUID.
+_RC_PROBE = """
+import ctypes, json
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInitWithFlags(0) == 0
+h = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+state, minor, buf = ctypes.c_int(), ctypes.c_uint(), ctypes.create_string_buffer(96)
+print(json.dumps({
+    "nvmlDeviceGetNvLinkState": lib.nvmlDeviceGetNvLinkState(h, 0, ctypes.byref(state)),
+    "nvmlDeviceGetMinorNumber": lib.nvmlDeviceGetMinorNumber(h, None),
+    "nvmlDeviceGetUUID": lib.nvmlDeviceGetUUID(h, buf, 4),
+    "nvmlDeviceGetSerial": lib.nvmlDeviceGetSerial(h, buf, 96),
+}))
+"""
+
+
+def test_the_call_log_carries_the_rc_each_device_call_answered(gpus: DeviceBackend) -> None:
+    # Found running NVIDIA's k8s-device-plugin (issue 14): its GetPreferredAllocation asks
+    # nvmlDeviceGetNvLinkState for 18 links per GPU, each answered NOT_SUPPORTED, yet the log (and the
+    # timeline's nvml.call events) said rc=0: the handle check's rc, not the call's answer.
+    assert gpus.nvml is not None
+    proc = subprocess.run([sys.executable, "-c", _RC_PROBE], env=_env(gpus), capture_output=True, text=True,
+                          timeout=STEP_S)
+    assert proc.returncode == 0, proc.stderr
+    answered: dict[str, int] = json.loads(proc.stdout)
+    assert answered == {"nvmlDeviceGetNvLinkState": 3, "nvmlDeviceGetMinorNumber": 2, "nvmlDeviceGetUUID": 7,
+                        "nvmlDeviceGetSerial": 0}
+    logged = {name: int(fields["rc"]) for name, fields in gpus.nvml.log() if name in answered}
+    assert logged == answered
+    lines = [name for name, _ in gpus.nvml.log()]
+    assert all(lines.count(name) == 1 for name in answered), "one log line per call"
+
+
 def test_xid_is_a_control_of_the_nvml_skin_only(tmp_path: Path) -> None:
     inventory = Inventory.from_dict(load_yaml(fixtures_dir() / "inventories" / "basic.yaml").data, "basic")
     with DeviceBackend(tmp_path / "hw", inventory) as plain, pytest.raises(ValueError, match="needs the nvml skin"):

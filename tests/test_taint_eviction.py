@@ -90,7 +90,7 @@ def test_scenario_catches_a_driver_that_leaves_cdi_specs(tmp_path):
     assert code == 1, output
     (check,) = report["checks"]
     assert check["verdict"] == "fail" and "CDI devices" in check["detail"]
-    assert check["repro"].startswith("fakelet scenario taint-eviction --subject reference-dra")
+    assert check["repro"].startswith("fakelet scenario run taint-eviction --subject reference-dra")
 
 
 @pytest.mark.parametrize("args", [["--toleration-seconds", "-1"], ["--subject", "reference-dp"],

@@ -5,11 +5,16 @@
  * constants), not from NVIDIA's code. State comes from $FAKELET_NVML_STATE/state, which the
  * backend rewrites on every change (fake_devices/nvml/surface.py), and events from
  * $FAKELET_NVML_STATE/events, which it appends to; every call is appended to
- * $FAKELET_NVML_STATE/calls, the call log the harness reads. Entry points this library does not
+ * $FAKELET_NVML_STATE/calls, the call log the harness reads: one line per call, the entry point's
+ * name first, then key=value fields (pid, ns: CLOCK_MONOTONIC, the clock the harness's timeline
+ * uses; for device calls slot and rc; for calls whose answer a check follows, value), and one
+ * `@load` line per process that loads the library, with the path the loader found it at.
+ * Entry points this library does not
  * implement are absent (the consumer's lookup gets NVML_ERROR_FUNCTION_NOT_FOUND from its own
  * loader) or return NVML_ERROR_NOT_SUPPORTED; none crashes.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -96,17 +101,48 @@ static const char *state_dir(void) {
     return dir && *dir ? dir : NULL;
 }
 
-static void log_call(const char *name) {
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* One line of the call log, written with one write(2) to an O_APPEND file: lines of concurrent
+ * callers (threads, processes) never interleave. `fields` come last: a path may hold spaces. */
+static void log_fields(const char *name, const char *fields) {
     const char *dir = state_dir();
     if (!dir) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/calls", dir);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return;
-    char line[160];
-    int n = snprintf(line, sizeof line, "%s\n", name);
+    char line[4352];
+    int n = snprintf(line, sizeof line, "%s pid=%d ns=%lld%s%s\n", name, (int)getpid(), now_ns(),
+                     fields ? " " : "", fields ? fields : "");
+    if (n >= (int)sizeof line) { n = (int)sizeof line - 1; line[n - 1] = '\n'; }
     if (write(fd, line, (size_t)n) < 0) { /* the log is best effort */ }
     close(fd);
+}
+
+static void log_call(const char *name) { log_fields(name, NULL); }
+
+/* A call and what it answered: rc, and the value when it succeeded (what a check follows). */
+static nvmlReturn_t log_result(const char *name, nvmlReturn_t rc, unsigned long long value) {
+    char fields[64];
+    if (rc == 0) snprintf(fields, sizeof fields, "rc=0 value=%llu", value);
+    else snprintf(fields, sizeof fields, "rc=%d", rc);
+    log_fields(name, fields);
+    return rc;
+}
+
+/* Where the loader found this library (LD_LIBRARY_PATH, a distribution's lib dir): the report says
+ * which, from the path the dynamic loader itself recorded. */
+__attribute__((constructor)) static void on_load(void) {
+    Dl_info info;
+    char fields[4160];
+    if (!dladdr((void *)on_load, &info) || !info.dli_fname) return;
+    snprintf(fields, sizeof fields, "path=%s", info.dli_fname);
+    log_fields("@load", fields);
 }
 
 /* Reads the backend's state file; 0 on success. Caller holds the lock. */
@@ -155,20 +191,66 @@ static struct fake_device *present_device(unsigned int index) {
     return NULL;
 }
 
-/* Refreshes the state and checks a handle: the common prologue of every device call. */
-static nvmlReturn_t device_call(const char *name, nvmlDevice_t device) {
-    log_call(name);
+/* The slot a handle points at, or -1 for a pointer that is no handle of ours. */
+static int slot_of(nvmlDevice_t device) {
+    return device && device >= devices && device < devices + MAX_DEVICES ? (int)(device - devices) : -1;
+}
+
+/* Refreshes the state and checks a handle. Caller holds the lock. */
+static nvmlReturn_t check_device(nvmlDevice_t device) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
-    if (!device || device < devices || device >= devices + MAX_DEVICES) return NVML_ERROR_INVALID_ARGUMENT;
+    if (slot_of(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
     load_state();
     if (device->slot >= ndevices || !device->present || device->lost) return NVML_ERROR_GPU_IS_LOST;
     return NVML_SUCCESS;
 }
 
+/* A device call in the log: its slot (the harness maps it to the inventory device) and rc. */
+static nvmlReturn_t log_device(const char *name, nvmlDevice_t device, nvmlReturn_t rc, const char *value) {
+    char fields[96];
+    snprintf(fields, sizeof fields, "slot=%d rc=%d%s%s", slot_of(device), rc, value ? " value=" : "",
+             value ? value : "");
+    log_fields(name, fields);
+    return rc;
+}
+
+
+/* A device call whose answer a check follows (a temperature): logged once answered, by ANSWER. */
+static nvmlReturn_t answer(const char *name, nvmlDevice_t device, nvmlReturn_t rc, unsigned long long value) {
+    char text[24];
+    snprintf(text, sizeof text, "%llu", value);
+    return log_device(name, device, rc, rc == NVML_SUCCESS ? text : NULL);
+}
+
+/* The common prologue of every device call: refresh and check the handle. The call is logged once,
+ * with the rc it answers (DEVICE_RETURN), not the handle check's: a call that passes the check and
+ * then answers NOT_SUPPORTED or INVALID_ARGUMENT is in the log with that rc. */
 #define DEVICE_CALL(name, device)                         \
     pthread_mutex_lock(&lock);                            \
-    nvmlReturn_t rc_ = device_call(name, device);         \
+    const char *call_name_ = (name);                      \
+    nvmlDevice_t call_device_ = (device);                 \
+    nvmlReturn_t rc_ = check_device(call_device_);        \
     if (rc_ != NVML_SUCCESS) {                            \
+        log_device(call_name_, call_device_, rc_, NULL);  \
+        pthread_mutex_unlock(&lock);                      \
+        return rc_;                                       \
+    }
+
+/* The end of a DEVICE_CALL: logs what the call answers, then unlocks. */
+#define DEVICE_RETURN(rc)                                        \
+    do {                                                         \
+        nvmlReturn_t answer_ = (rc);                             \
+        log_device(call_name_, call_device_, answer_, NULL);     \
+        pthread_mutex_unlock(&lock);                             \
+        return answer_;                                          \
+    } while (0)
+
+/* As DEVICE_CALL, but logged only on failure here: on success the call logs its answer itself. */
+#define ANSWERED_CALL(name, device)                       \
+    pthread_mutex_lock(&lock);                            \
+    nvmlReturn_t rc_ = check_device(device);              \
+    if (rc_ != NVML_SUCCESS) {                            \
+        log_device(name, device, rc_, NULL);              \
         pthread_mutex_unlock(&lock);                      \
         return rc_;                                       \
     }
@@ -247,15 +329,15 @@ EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) { return nvm
 /* -- enumeration ------------------------------------------------------------------------------ */
 
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
-    log_call("nvmlDeviceGetCount_v2");
+    const char *name = "nvmlDeviceGetCount_v2";
     pthread_mutex_lock(&lock);
-    if (!initialized) RETURN(NVML_ERROR_UNINITIALIZED);
-    if (!count) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!initialized) RETURN(log_result(name, NVML_ERROR_UNINITIALIZED, 0));
+    if (!count) RETURN(log_result(name, NVML_ERROR_INVALID_ARGUMENT, 0));
     load_state();
     unsigned int n = 0;
     for (int i = 0; i < ndevices; i++) n += devices[i].present != 0;
     *count = n;
-    RETURN(NVML_SUCCESS);
+    RETURN(log_result(name, NVML_SUCCESS, n));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
 
@@ -313,35 +395,35 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus, nvmlDevice_t 
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     DEVICE_CALL("nvmlDeviceGetUUID", device);
-    RETURN(copy_string(uuid, length, device->uuid));
+    DEVICE_RETURN(copy_string(uuid, length, device->uuid));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     DEVICE_CALL("nvmlDeviceGetName", device);
-    RETURN(copy_string(name, length, device->name));
+    DEVICE_RETURN(copy_string(name, length, device->name));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
     DEVICE_CALL("nvmlDeviceGetSerial", device);
-    RETURN(copy_string(serial, length, device->serial));
+    DEVICE_RETURN(copy_string(serial, length, device->serial));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *brand) {
     DEVICE_CALL("nvmlDeviceGetBrand", device);
-    if (!brand) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!brand) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *brand = 14; /* NVML_BRAND_NVIDIA */
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
     DEVICE_CALL("nvmlDeviceGetMinorNumber", device);
-    if (!minor) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!minor) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *minor = (unsigned int)device->minor;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
     DEVICE_CALL("nvmlDeviceGetIndex", device);
-    if (!index) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!index) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     unsigned int n = 0;
     for (int i = 0; i < device->slot; i++) n += devices[i].present != 0;
     *index = n;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 
 static void fill_pci(const struct fake_device *d, nvmlPciInfo_t *pci) {
@@ -358,9 +440,9 @@ static void fill_pci(const struct fake_device *d, nvmlPciInfo_t *pci) {
 }
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
     DEVICE_CALL("nvmlDeviceGetPciInfo_v3", device);
-    if (!pci) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!pci) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     fill_pci(device, pci);
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
     return nvmlDeviceGetPciInfo_v3(device, pci);
@@ -371,133 +453,135 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     DEVICE_CALL("nvmlDeviceGetMemoryInfo", device);
-    if (!memory) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!memory) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     memory->total = device->memory_mib << 20;
     memory->used = 0;
     memory->free = memory->total;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     DEVICE_CALL("nvmlDeviceGetMemoryInfo_v2", device);
-    if (!memory) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!memory) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     memory->total = device->memory_mib << 20;
     memory->reserved = memory->used = 0;
     memory->free = memory->total;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
     DEVICE_CALL("nvmlDeviceGetCudaComputeCapability", device);
-    if (!major || !minor) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!major || !minor) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *major = 9; /* Hopper */
     *minor = 0;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch) {
     DEVICE_CALL("nvmlDeviceGetArchitecture", device);
-    if (!arch) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!arch) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *arch = 9; /* NVML_DEVICE_ARCH_HOPPER */
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
     DEVICE_CALL("nvmlDeviceGetMigMode", device);
-    if (!current || !pending) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!current || !pending) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *current = *pending = 0; /* NVML_DEVICE_MIG_DISABLE */
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
     DEVICE_CALL("nvmlDeviceGetMaxMigDeviceCount", device);
-    if (!count) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!count) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *count = 0;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 
 /* -- health: temperature, throttling, power, ECC, topology --------------------------------------- */
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
-    DEVICE_CALL("nvmlDeviceGetTemperature", device);
-    if (!temp || sensor != 0 /* NVML_TEMPERATURE_GPU */) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    const char *name = "nvmlDeviceGetTemperature";
+    ANSWERED_CALL(name, device);
+    if (!temp || sensor != 0 /* NVML_TEMPERATURE_GPU */) RETURN(answer(name, device, NVML_ERROR_INVALID_ARGUMENT, 0));
     *temp = device->temperature_c < 0 ? 0 : (unsigned int)device->temperature_c;
-    RETURN(NVML_SUCCESS);
+    RETURN(answer(name, device, NVML_SUCCESS, *temp));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int which, unsigned int *temp) {
     DEVICE_CALL("nvmlDeviceGetTemperatureThreshold", device);
-    if (!temp) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!temp) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     switch (which) {
     case THRESHOLD_SHUTDOWN: *temp = (unsigned int)device->threshold_c; break;
     case THRESHOLD_SLOWDOWN: *temp = (unsigned int)(device->threshold_c - SLOWDOWN_MARGIN_C); break;
     case THRESHOLD_MEM_MAX:
     case THRESHOLD_GPU_MAX: *temp = (unsigned int)(device->threshold_c - SLOWDOWN_MARGIN_C); break;
-    default: RETURN(NVML_ERROR_NOT_SUPPORTED);
+    default: DEVICE_RETURN(NVML_ERROR_NOT_SUPPORTED);
     }
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
-    DEVICE_CALL("nvmlDeviceGetCurrentClocksEventReasons", device);
-    if (!reasons) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    const char *name = "nvmlDeviceGetCurrentClocksEventReasons";
+    ANSWERED_CALL(name, device);
+    if (!reasons) RETURN(answer(name, device, NVML_ERROR_INVALID_ARGUMENT, 0));
     *reasons = device->temperature_c >= device->threshold_c - SLOWDOWN_MARGIN_C ? REASON_SW_THERMAL | REASON_HW_THERMAL
                                                                                 : 0;
-    RETURN(NVML_SUCCESS);
+    RETURN(answer(name, device, NVML_SUCCESS, *reasons));
 }
 EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
     return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *milliwatts) {
     DEVICE_CALL("nvmlDeviceGetPowerUsage", device);
-    if (!milliwatts) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!milliwatts) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *milliwatts = 70000 + (unsigned int)(device->temperature_c > 0 ? device->temperature_c : 0) * 1000;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending) {
     DEVICE_CALL("nvmlDeviceGetEccMode", device);
-    if (!current || !pending) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!current || !pending) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *current = *pending = 1; /* NVML_FEATURE_ENABLED */
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
                                                 unsigned long long *count) {
     DEVICE_CALL("nvmlDeviceGetTotalEccErrors", device);
     (void)counter_type; /* volatile and aggregate alike: the backend keeps one count */
-    if (!count) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!count) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *count = error_type == 1 /* UNCORRECTED */ ? device->ecc_dbe : device->ecc_sbe;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int *level) {
     DEVICE_CALL("nvmlDeviceGetTopologyCommonAncestor", a);
-    if (!level || !b || b < devices || b >= devices + MAX_DEVICES) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!level || !b || b < devices || b >= devices + MAX_DEVICES) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     /* same device: internal; same NUMA node: its host bridge; else across the system */
     *level = a == b ? 0 : a->numa == b->numa ? 30 : 50;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int size, unsigned long *set) {
     DEVICE_CALL("nvmlDeviceGetCpuAffinity", device);
-    if (!set || size == 0) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!set || size == 0) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     memset(set, 0, size * sizeof *set);
     /* the inventory has no CPU lists: NUMA node n owns CPUs 8n..8n+7 */
     if (device->numa >= 0 && (unsigned int)device->numa * 8 / (8 * sizeof *set) < size)
         set[device->numa * 8 / (8 * sizeof *set)] = 0xffUL << ((device->numa * 8) % (8 * sizeof *set));
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node) {
     DEVICE_CALL("nvmlDeviceGetNumaNodeId", device);
-    if (!node) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!node) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *node = device->numa < 0 ? 0 : (unsigned int)device->numa;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *active) {
     (void)link;
     (void)active;
     DEVICE_CALL("nvmlDeviceGetNvLinkState", device);
-    RETURN(NVML_ERROR_NOT_SUPPORTED); /* no NVLink */
+    DEVICE_RETURN(NVML_ERROR_NOT_SUPPORTED); /* no NVLink */
 }
 
 /* -- events ---------------------------------------------------------------------------------------- */
 
 EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
     DEVICE_CALL("nvmlDeviceGetSupportedEventTypes", device);
-    if (!types) RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!types) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
     *types = SUPPORTED_EVENTS;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 
 /* The sequence number the next event will have: events before it are not this set's. */
@@ -528,10 +612,10 @@ EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
 
 EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
     DEVICE_CALL("nvmlDeviceRegisterEvents", device);
-    if (!set) RETURN(NVML_ERROR_INVALID_ARGUMENT);
-    if (types & ~SUPPORTED_EVENTS) RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!set) DEVICE_RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (types & ~SUPPORTED_EVENTS) DEVICE_RETURN(NVML_ERROR_NOT_SUPPORTED);
     set->mask[device->slot] |= types;
-    RETURN(NVML_SUCCESS);
+    DEVICE_RETURN(NVML_SUCCESS);
 }
 
 /* The first event at or after the set's cursor that it registered for; 1 when found. */
@@ -561,11 +645,7 @@ static int next_event(struct event_set *set, nvmlEventData_t *data) {
     return found;
 }
 
-static long long now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static long long now_ms(void) { return now_ns() / 1000000; }
 
 EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
     log_call("nvmlEventSetWait_v2");

@@ -20,16 +20,31 @@ device out of enumeration and back; `xid N` raises any XID (13, 31, 43, 45, 68
 and 109 are the application XIDs NVML-based plugins are expected to ignore).
 It also creates the device nodes NVIDIA's driver makes: /dev/nvidiactl,
 /dev/nvidia-uvm and /dev/nvidiaN (major 195).
+
+The library logs every call to `calls` (one line each: the entry point, then
+key=value fields; `@load` lines say where a process's loader found the library).
+With a timeline, `CallFollower` puts that log on it as the library writes it
+(inotify on the file, no polling): an `nvml.load` event per process that loads
+the library, and an `nvml.call` event (source "nvml") the first time a process
+makes a call (per device, for a device call) and whenever its answer (rc, value)
+changes since, never one per call: plugins poll. So a temperature read that saw a `heat` is one event
+carrying the new value, after the backend's `device.heat`.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from inotify_simple import INotify
+from inotify_simple import flags as IN
 
 from fake_devices.model import UNHEALTHY, Device
+from harness.timeline import Timeline
 
 STATE_ENV = "FAKELET_NVML_STATE"  # where libnvml.c finds the state, events and call log
 NVIDIA_MAJOR = 195  # drivers/char: the NVIDIA character device major (nvidiaN, nvidiactl = 255)
@@ -53,6 +68,10 @@ CAPABILITY_CALLS = {
     "hotplug": ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2"),
     "init": ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags"),
 }
+SOURCE = "nvml"  # the timeline source of the library's calls
+CALL_EVENT, LOAD_EVENT = "nvml.call", "nvml.load"
+LOAD_LINE = "@load"  # a call-log line that is no call: where a process's loader found the library
+STOP_DEADLINE_S = 2.0  # teardown never waits longer than this for the follower thread
 
 
 def nvidia_uuid(device: Device) -> str:
@@ -71,6 +90,8 @@ class NvmlSurface:
         self._sequence = 0
         self.init_error = 0  # an NVML return code nvmlInit answers with (0: it works)
         self.wait_error = 0  # likewise for nvmlEventSetWait
+        self.slots: list[str] = []  # inventory device ID per library slot, as last written
+        self._follower: CallFollower | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -79,11 +100,22 @@ class NvmlSurface:
     def gpus(self, devices: list[Device]) -> list[Device]:
         return [d for d in devices if d.cls == "gpu"] or list(devices)
 
-    def start(self, devices: list[Device], make_node: Callable[[str, int, int], None]) -> None:
+    def start(self, devices: list[Device], make_node: Callable[[str, int, int], None],
+              timeline: Timeline | None = None) -> None:
+        """Write the state; with a timeline, follow the call log onto it from here on."""
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "events").touch()
+        (self.dir / "calls").touch()  # so that it can be watched before the first call
         self.write(devices)
         self.make_nodes(devices, make_node)
+        if timeline is not None and self._follower is None:
+            self._follower = CallFollower(self, timeline).start()
+
+    def stop(self) -> None:
+        """Stop following the call log (what is already logged is taken in first). Idempotent."""
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.stop()
 
     def make_nodes(self, devices: list[Device], make_node: Callable[[str, int, int], None]) -> None:
         """The driver's nodes, through Materializer.make_node (a name under dev/, major, minor)."""
@@ -98,6 +130,7 @@ class NvmlSurface:
             lines.append(f"init_error {self.init_error}")
         if self.wait_error:
             lines.append(f"wait_error {self.wait_error}")
+        self.slots = [d.id for d in self.gpus(devices)]
         for minor, d in enumerate(self.gpus(devices)):
             lost = int(d.health == UNHEALTHY)
             ecc = d.ecc_errors
@@ -143,7 +176,113 @@ class NvmlSurface:
 
     def calls(self) -> list[str]:
         """The NVML entry points called so far, in order (the library's call log)."""
+        return [name for name, _ in self.log() if name != LOAD_LINE]
+
+    def loads(self) -> list[dict[str, str]]:
+        """Every load of the library: {pid, ns, path}, the path as the process's loader found it."""
+        return [fields for name, fields in self.log() if name == LOAD_LINE]
+
+    def log(self) -> list[tuple[str, dict[str, str]]]:
+        """The call log, parsed: (entry point or "@load", its fields)."""
         try:
-            return (self.dir / "calls").read_text().split()
+            text = (self.dir / "calls").read_text(errors="replace")
         except OSError:
             return []
+        return [parse_line(line) for line in text.splitlines() if line.strip()]
+
+    def device_id(self, slot: str | None) -> str | None:
+        """The inventory device behind a library slot (slots never move), or None."""
+        try:
+            return self.slots[int(slot)] if slot is not None and int(slot) >= 0 else None
+        except (ValueError, IndexError):
+            return None
+
+
+def parse_line(line: str) -> tuple[str, dict[str, str]]:
+    """`name k=v k=v ...` -> (name, {k: v}); a `path=` field is last and runs to the end (it may hold spaces)."""
+    name, _, rest = line.strip().partition(" ")
+    fields: dict[str, str] = {}
+    while rest:
+        key, sep, value = rest.partition("=")
+        if not sep:
+            break
+        if key == "path":
+            fields[key] = value
+            break
+        fields[key], _, rest = value.partition(" ")
+    return name, fields
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
+
+
+class CallFollower:
+    """The library's call log onto the timeline, as it is written (inotify on the file; see the module doc)."""
+
+    def __init__(self, surface: NvmlSurface, timeline: Timeline) -> None:
+        self.surface, self.timeline = surface, timeline
+        self.path = surface.dir / "calls"
+        self._offset = self.path.stat().st_size  # calls of an earlier start are not this one's
+        self._partial = b""
+        self._last: dict[tuple[str, str | None, str | None], tuple[str | None, str | None]] = {}
+        self._inotify = INotify()
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fakelet-nvml-calls")
+
+    def start(self) -> CallFollower:
+        self._inotify.add_watch(str(self.path), IN.MODIFY)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join(STOP_DEADLINE_S)
+        self._inotify.close()  # a thread past its deadline then fails its next read and ends
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([self._inotify.fileno(), self._wake_r], [], [])
+                self._inotify.read(timeout=0)
+                # Read what is logged even when woken to stop: calls made before stop() count.
+                self._take()
+                if self._wake_r in ready:
+                    return
+        except (OSError, ValueError):
+            return  # closed under us after the stop deadline
+
+    def _take(self) -> None:
+        with open(self.path, "rb") as log:
+            log.seek(self._offset)
+            data = log.read()
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()  # a line being written is taken in once complete
+        for raw in lines:
+            if raw.strip():
+                self._record(*parse_line(raw.decode(errors="replace")))
+
+    def _record(self, name: str, fields: dict[str, str]) -> None:
+        pid, when = _int(fields.get("pid")), _int(fields.get("ns"))
+        if name == LOAD_LINE:
+            self.timeline.record(LOAD_EVENT, SOURCE, pid=pid, path=fields.get("path"), call_ns=when)
+            return
+        slot = fields.get("slot")
+        key, answer = (name, fields.get("pid"), slot), (fields.get("rc"), fields.get("value"))
+        if self._last.get(key, ()) == answer:
+            return  # the same answer to the same caller as last time: a poll, not news
+        self._last[key] = answer
+        data: dict[str, Any] = {"call": name, "pid": pid}
+        if slot is not None:
+            data["device"] = self.surface.device_id(slot)
+        for field in ("rc", "value"):
+            if fields.get(field) is not None:
+                data[field] = _int(fields[field])
+        data["call_ns"] = when  # when the library was called (CLOCK_MONOTONIC, the timeline's clock)
+        self.timeline.record(CALL_EVENT, SOURCE, **data)

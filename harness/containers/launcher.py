@@ -139,13 +139,16 @@ class ContainerLauncher:
                  timeline: Timeline, *, binds: dict[str, str], read_only: Sequence[str] = (),
                  private_dirs: Sequence[str] = (),
                  privileged: bool = False, ready_dirs: Sequence[Path] = (),
-                 ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+                 ready_timeout_s: float = READY_TIMEOUT_S, files: dict[str, str] | None = None) -> None:
         """`binds`: host path -> path in the container (read-write, as a DaemonSet's hostPath);
-        `read_only`: host paths the plugin was given, bound read-only at the same path."""
+        `read_only`: host paths the plugin was given, bound read-only at the same path;
+        `files`: host file -> path in the container, read-only (the fake libnvidia-ml.so.1 where the
+        NVIDIA container toolkit would inject the host's, /usr/lib/<multiarch>/)."""
         self.name, self.image, self.args, self.env = name, image, list(args), dict(env)
         self.log_path, self.timeline = log_path, timeline
         self.binds, self.private_dirs, self.privileged = dict(binds), list(private_dirs), privileged
         self.read_only = [p for p in dict.fromkeys(read_only) if p not in self.binds]
+        self.files = dict(files or {})
         self.ready_dirs, self.ready_timeout_s = list(ready_dirs), ready_timeout_s
         self.starts = 0
         self.limits = cgroups.Limits()
@@ -167,6 +170,9 @@ class ContainerLauncher:
             container.with_volume_mapping(host, inside, "rw")
         for path in self.read_only:
             container.with_volume_mapping(path, path, "ro")
+        for host, inside in self.files.items():
+            # A file bind: the engine makes the mount point in the container's own layer, not on the host.
+            container.with_volume_mapping(host, inside, "ro")
         for d in self.private_dirs:
             container.with_tmpfs_mount(d)
         return container

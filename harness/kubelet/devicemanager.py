@@ -126,6 +126,8 @@ class DeviceManager:
         self._resources: dict[str, ResourceState] = {}
         self._entries: list[checkpoint.PodDeviceEntry] = []
         self._server: grpc.Server | None = None
+        # A kubelet that leaves plugin sockets in place at start (a scenario's fault; upstream always deletes).
+        self.keep_sockets = False
 
     @property
     def socket_path(self) -> Path:
@@ -139,7 +141,8 @@ class DeviceManager:
 
     def start(self) -> DeviceManager:
         self.plugin_dir.mkdir(mode=PLUGIN_DIR_MODE, parents=True, exist_ok=True)
-        self._cleanup_plugin_dir()
+        if not self.keep_sockets:
+            self._cleanup_plugin_dir()
         self._restore_checkpoint()
         # Reads more than the kubelet would, to say what an oversized Register was (see register()).
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="kubelet"),

@@ -98,6 +98,10 @@ def test_slices_well_formed(dra_env: DRAEnv) -> None:
 def test_slices_follow_hotplug(dra_env: DRAEnv) -> None:
     env = dra_env
     env.need_api()
+    if env.devices is None:
+        env.require_drive("hotplug")  # no fake hardware: nothing to unplug, nothing to start
+    registered(env)
+    # Only once the driver runs does what it read (the access trace, the NVML call log) hold it to hot-plug.
     env.require_drive("hotplug")
     assert env.devices is not None
     event = settled(env)

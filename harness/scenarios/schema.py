@@ -1,0 +1,226 @@
+"""Scenario files (fixtures/scenarios/*.yaml): a reported bug as data.
+
+A scenario says what the report is (title, upstream link, what a correct
+system does, what the bug looks like), what it runs on (a device plugin or a
+DRA driver; the fake kubelet, a real one, and which real versions have the
+bug), the verdicts the library promises (`cases`), and its steps. Each step is
+a mapping with one action key (`kubelet`, `plugin`, `pod`, `device`, ...) and
+that action's options; the vocabulary is in harness/scenarios/vocabulary.py.
+
+Every problem is reported with the file, the line and the field, so a person
+who has never read this code can write one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.scenarios.vocabulary import ACTIONS, check_step
+from harness.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+NODES = ("fake", "real")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # repro files are named by check ID (DP-RST-01)
+URL = re.compile(r"https://\S+")
+VERSION = re.compile(r"1\.\d{1,2}(\.\d{1,3})?")
+VERSION_RANGE = re.compile(r"(<|<=|>=|>)?\s*1\.\d{1,2}(\.\d{1,3})?(\s*,\s*(<|<=|>=|>)?\s*1\.\d{1,2}(\.\d{1,3})?)?")
+TOP_KEYS = {"title", "upstream", "correct", "bug", "kind", "subject", "defect", "seed", "nodes", "real", "cases",
+            "steps", "notes"}
+# upstream is required of the library (tests/test_scenarios.py); a failed check's repro file has none.
+REQUIRED = ("title", "correct", "bug", "kind", "steps")
+CASE_KEYS = {"verdict", "subject", "defect", "node", "kubelet_version", "why"}
+REAL_KEYS = {"affected", "fixed"}
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str  # the one action key: kubelet, plugin, pod, device, wait, expect, ...
+    arg: Any  # the value under that key
+    options: dict[str, Any]  # the step's other keys
+    where: str  # "file:line: steps[N]", for messages about this step
+    index: int
+
+    def describe(self) -> str:
+        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.action}: {self.arg}" + (f" ({opts})" if opts else "")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A verdict the library promises: this subject (or mutant) on this node gives this outcome."""
+
+    verdict: str
+    subject: str | None = None
+    defect: str | None = None
+    node: str = "fake"
+    kubelet_version: str | None = None
+    why: str = ""
+    where: str = ""
+
+    def describe(self) -> str:
+        who = self.subject or "the scenario's subject"
+        return (f"{who}{f' --defect {self.defect}' if self.defect else ''} on the {self.node} kubelet"
+                f"{f' {self.kubelet_version}' if self.kubelet_version else ''}: {self.verdict}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    title: str
+    upstream: str
+    correct: str
+    bug: str
+    kind: str  # device-plugin | dra
+    steps: tuple[Step, ...]
+    subject: str | None = None  # the default subject; --subject and friends replace it
+    defect: str | None = None  # the default mutant (a failed check's repro file names the one that failed)
+    seed: int = 0  # the default seed (--seed replaces it)
+    nodes: tuple[str, ...] = ("fake",)
+    affected: str = ""  # real kubelet versions with the bug ("<1.29", "1.32, 1.33")
+    fixed: str = ""  # and without it
+    cases: tuple[Case, ...] = ()
+    notes: str = ""
+    source: str = ""
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return f"{self.name:50} {self.title}  {self.upstream or '(no upstream report)'}"
+
+
+def load(path: Path) -> Scenario:
+    """One scenario file, validated; a ProfileError names the file, line and field of the first problem."""
+    return from_doc(load_yaml(path), path)
+
+
+def loads(text: str, source: str) -> Scenario:
+    return from_doc(parse_yaml(text, source), Path(source))
+
+
+def from_doc(doc: YamlDoc, path: Path) -> Scenario:
+    source = str(path)
+
+    def where(field_path: str) -> str:
+        line = doc.lines.get(field_path)
+        return f"{source}:{line}: {field_path}" if line else f"{source}: {field_path}"
+
+    for key, line in doc.duplicates:
+        raise ProfileError(f"{source}:{line}: {key}: given twice")
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: a scenario is a mapping (title, upstream, correct, bug, kind, steps, ...)")
+    unknown = sorted(set(data) - TOP_KEYS)
+    if unknown:
+        raise ProfileError(f"{where(unknown[0])}: unknown field; known: {', '.join(sorted(TOP_KEYS))}")
+    for key in REQUIRED:
+        if key not in data:
+            raise ProfileError(f"{source}: {key}: required")
+    for key in ("title", "upstream", "correct", "bug", "notes", "subject", "defect"):
+        if key in data and not (isinstance(data[key], str) and data[key].strip()):
+            raise ProfileError(f"{where(key)}: must be a non-empty string")
+    if "upstream" in data and not URL.fullmatch(data["upstream"].strip()):
+        raise ProfileError(f"{where('upstream')}: must be the report's https:// link")
+    seed = data.get("seed", 0)
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
+        raise ProfileError(f"{where('seed')}: a non-negative whole number")
+    if data["kind"] not in KINDS:
+        raise ProfileError(f"{where('kind')}: {data['kind']!r} is not one of {', '.join(KINDS)}")
+    name = path.stem
+    if not NAME.fullmatch(name):
+        raise ProfileError(f"{source}: the file name {name!r} is the scenario's name: letters, digits and '-'")
+    nodes = _nodes(data.get("nodes", ["fake"]), where)
+    affected, fixed = _real(data.get("real"), where, nodes)
+    steps = _steps(data["steps"], where, data["kind"])
+    cases = _cases(data.get("cases", []), where, nodes)
+    return Scenario(name=name, title=data["title"].strip(), upstream=str(data.get("upstream", "")).strip(),
+                    correct=" ".join(data["correct"].split()), bug=" ".join(data["bug"].split()),
+                    kind=data["kind"], steps=steps, subject=data.get("subject"), defect=data.get("defect"), seed=seed,
+                    nodes=nodes, affected=affected,
+                    fixed=fixed, cases=cases, notes=" ".join(str(data.get("notes", "")).split()), source=source,
+                    lines=dict(doc.lines))
+
+
+def _nodes(value: Any, where: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ProfileError(f"{where('nodes')}: a list of {', '.join(NODES)}")
+    bad = [v for v in value if v not in NODES]
+    if bad:
+        raise ProfileError(f"{where('nodes')}: {bad[0]!r} is not one of {', '.join(NODES)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _real(value: Any, where: Any, nodes: tuple[str, ...]) -> tuple[str, str]:
+    if value is None:
+        return "", ""
+    if "real" not in nodes:
+        raise ProfileError(f"{where('real')}: versions of a real kubelet, but nodes does not list real")
+    if not isinstance(value, dict):
+        raise ProfileError(f"{where('real')}: a mapping with affected and fixed (version ranges like '<1.29')")
+    unknown = sorted(set(value) - REAL_KEYS)
+    if unknown:
+        raise ProfileError(f"{where('real.' + unknown[0])}: unknown field; known: affected, fixed")
+    out = []
+    for key in ("affected", "fixed"):
+        text = value.get(key, "")
+        if text and not (isinstance(text, str) and VERSION_RANGE.fullmatch(text.strip())):
+            raise ProfileError(f"{where('real.' + key)}: a version range like '<1.29', '>=1.29' or '>=1.27, <1.29'")
+        out.append(str(text).strip())
+    return out[0], out[1]
+
+
+def _steps(value: Any, where: Any, kind: str) -> tuple[Step, ...]:
+    if not isinstance(value, list) or not value:
+        raise ProfileError(f"{where('steps')}: a non-empty list of steps")
+    steps = []
+    for n, raw in enumerate(value):
+        path = f"steps[{n}]"
+        if not isinstance(raw, dict) or not raw:
+            raise ProfileError(f"{where(path)}: a step is a mapping with one action ({', '.join(ACTIONS)})")
+        actions = [k for k in raw if k in ACTIONS]
+        if len(actions) != 1:
+            what = f"{len(actions)} actions ({', '.join(actions)})" if actions else \
+                f"no action (keys: {', '.join(map(str, raw))})"
+            raise ProfileError(f"{where(path)}: a step has exactly one action of {', '.join(ACTIONS)}; "
+                               f"this one has {what}")
+        action = actions[0]
+        options = {k: v for k, v in raw.items() if k != action}
+        step = Step(action, raw[action], options, where(path), n)
+        problem = check_step(step, kind)
+        if problem:
+            field_path, message = problem
+            raise ProfileError(f"{where(path + ('.' + field_path if field_path else ''))}: {message}")
+        steps.append(step)
+    if not any(s.action in ("expect", "story", "check") for s in steps):
+        raise ProfileError(f"{where('steps')}: no expect step: a scenario must say what the correct behaviour is")
+    return tuple(steps)
+
+
+def _cases(value: Any, where: Any, nodes: tuple[str, ...]) -> tuple[Case, ...]:
+    if not isinstance(value, list):
+        raise ProfileError(f"{where('cases')}: a list of {{verdict, subject, defect, node, kubelet_version}}")
+    cases = []
+    for n, raw in enumerate(value):
+        path = f"cases[{n}]"
+        if not isinstance(raw, dict):
+            raise ProfileError(f"{where(path)}: a mapping with verdict and the subject, defect, node it is for")
+        unknown = sorted(set(raw) - CASE_KEYS)
+        if unknown:
+            raise ProfileError(f"{where(path + '.' + unknown[0])}: unknown field; known: "
+                               f"{', '.join(sorted(CASE_KEYS))}")
+        if raw.get("verdict") not in OUTCOMES:
+            raise ProfileError(f"{where(path + '.verdict')}: one of {', '.join(OUTCOMES)}")
+        node = raw.get("node", "fake")
+        if node not in nodes:
+            raise ProfileError(f"{where(path + '.node')}: {node!r} is not in the scenario's nodes ({', '.join(nodes)})")
+        version = raw.get("kubelet_version")
+        if version is not None and not (isinstance(version, str) and VERSION.fullmatch(version)):
+            raise ProfileError(f"{where(path + '.kubelet_version')}: a version like '1.36' (quote it in YAML)")
+        for key in ("subject", "defect", "why"):
+            if key in raw and not (isinstance(raw[key], str) and raw[key]):
+                raise ProfileError(f"{where(path + '.' + key)}: a non-empty string")
+        cases.append(Case(raw["verdict"], raw.get("subject"), raw.get("defect"), node, version,
+                          raw.get("why", ""), where(path)))
+    return tuple(cases)

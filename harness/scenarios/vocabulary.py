@@ -1,0 +1,359 @@
+"""The step vocabulary of scenario files: what each action and condition accepts.
+
+This module only says what is well formed (the loader calls `check_step`, so a
+typo is an error with its line before anything starts); harness/scenarios/stage.py
+carries the steps out.
+
+Actions:
+  kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
+  plugin:  start | stop | kill | restart | crash | rolling-update
+  pod:     {create: NAME, devices: N} | {delete: NAME}     (a DRA pod gets one claim for N devices)
+  device:  {fail|recover|unplug|plug: DEV} | {heat|cool: DEV, to: C} | {ecc: DEV, count: N} | {xid: DEV, code: N}
+           | {nvml-init-error: CODE} | {nvml-wait-error: CODE}      (NVML return codes; 0 works again)
+  script:  {flap: DEV, period: S, cycles: N} | {ramp: DEV, from: C, to: C, step: C, period: S}
+           | {unplug-replug: DEV, down: S} | {ecc-burst: DEV, count: N, period: S}
+  taint:   {device: DEV, effect: NoExecute | NoSchedule, key: K}     (DRA: a DeviceTaintRule)
+  untaint: {device: DEV}
+  hold:    S          (a fault's duration, e.g. the kubelet stays down 5 s; never a sync point)
+  wait:    CONDITIONS [within: S]             a precondition: if it never holds, the run is inconclusive
+  expect:  CONDITIONS [within: S | throughout: S]   the correct behaviour: if it fails, the bug reproduced
+  story:   taint-eviction  [toleration_seconds: N]
+  check:   CHECK-ID        run that conformance check on its own environment; its failure is the symptom
+
+DEV is an inventory device ID, `@N` (the subject's N-th inventory device) or `@pod:NAME`
+(the device the kubelet gave pod NAME).
+
+Conditions (all given must hold):
+  registered: true                 the plugin registered with the running kubelet
+  capacity / allocatable: COUNT    COUNT = N | all | healthy | {equals|at_least|at_most: N | all | healthy}
+  pod: {name: NAME, phase: Running | Failed | Pending | Deleted, reason: TEXT}
+  pod_devices: {pod: NAME, count: COUNT}      what the PodResources API answers for the pod
+  resources_status: {pod: NAME, health: Healthy | Unhealthy | Unknown}   the pod's allocatedResourcesStatus
+  calls: {method: NAME, count: COUNT}          kubelet -> plugin calls since the scenario began
+  checkpoint: {pod: NAME, devices: COUNT} | {claims: COUNT, devices: COUNT}   the kubelet's checkpoint (DP, DRA)
+  cdi: {pod: NAME, present: true | false}      the CDI spec files of the pod's claims
+  dialed: {socket: NAME, count: COUNT}         how often the kubelet dialed that socket
+  slices: {devices: COUNT}                     the driver's published devices
+  not: CONDITIONS                              holds when those do not all hold
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.scenarios.schema import Step
+
+ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "wait", "expect", "story",
+           "check")
+KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot")
+CHECKPOINT_FAULTS = ("lost", "corrupt")
+PLUGIN_OPS = ("start", "stop", "kill", "restart", "crash", "rolling-update")
+DEVICE_OPS = ("fail", "recover", "unplug", "plug", "heat", "cool", "ecc", "xid", "nvml-init-error", "nvml-wait-error")
+DEVICE_VALUE = {"heat": "to", "cool": "to", "ecc": "count", "xid": "code"}  # the op's second key
+NVML_CONTROLS = ("nvml-init-error", "nvml-wait-error")  # the value is the NVML return code (0: works again)
+SCRIPTS = {"flap": ("period", "cycles"), "ramp": ("from", "to", "step", "period"), "unplug-replug": ("down",),
+           "ecc-burst": ("count", "period")}
+TAINT_EFFECTS = ("NoExecute", "NoSchedule")
+STORIES = ("taint-eviction",)
+PHASES = ("Running", "Failed", "Pending", "Deleted")
+HEALTH = ("Healthy", "Unhealthy", "Unknown")
+CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "resources_status", "calls",
+              "checkpoint", "cdi", "dialed", "slices", "not")
+DRA_ONLY = {"cdi", "slices", "taint", "untaint", "story"}
+DP_ONLY = {"pod_devices", "capacity", "allocatable", "dialed"}
+COUNT_WORDS = ("all", "healthy")
+COMPARISONS = ("equals", "at_least", "at_most")
+MAX_DURATION_S = 600.0  # a step longer than ten minutes is a soak, not a reproduction
+DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m)?")
+DEVICE_REF = re.compile(r"@\d{1,3}|@pod:[a-z0-9][a-z0-9-]*|[A-Za-z0-9][A-Za-z0-9._:-]*")
+POD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
+
+Problem = tuple[str, str] | None  # (field path under the step, message)
+
+
+def duration_s(value: Any) -> float | None:
+    """Seconds from 5, 2.5, "5s", "500ms", "1m"; None when it is not a duration in range."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := DURATION.fullmatch(value.strip())):
+        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+    else:
+        return None
+    return seconds if 0 <= seconds <= MAX_DURATION_S else None
+
+
+def check_step(step: Step, kind: str) -> Problem:
+    """What is wrong with one step, if anything (the loader adds file, line and field)."""
+    action, arg, options = step.action, step.arg, step.options
+    if action in DRA_ONLY and kind != "dra":
+        return "", f"{action} needs a DRA driver (kind: dra)"
+    checker = {"kubelet": _kubelet, "plugin": _plugin, "pod": _pod, "device": _device, "script": _script,
+               "taint": _taint, "untaint": _untaint, "hold": _hold, "wait": _wait, "expect": _expect,
+               "story": _story, "check": _check}[action]
+    return checker(arg, options, kind)
+
+
+def _no_options(options: dict[str, Any], allowed: tuple[str, ...] = ()) -> Problem:
+    extra = sorted(set(options) - set(allowed))
+    if extra:
+        known = f"; known: {', '.join(allowed)}" if allowed else " (this action has none)"
+        return extra[0], f"unknown option{known}"
+    return None
+
+
+def _kubelet(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    if arg not in KUBELET_OPS:
+        return "kubelet", f"{arg!r} is not one of {', '.join(KUBELET_OPS)}"
+    problem = _no_options(options, ("checkpoint",))
+    if problem:
+        return problem
+    if "checkpoint" in options:
+        if arg not in ("start", "restart", "restart-keep-sockets", "reboot"):
+            return "checkpoint", "goes with start, restart or reboot (the kubelet reads it when it starts)"
+        if options["checkpoint"] not in CHECKPOINT_FAULTS:
+            return "checkpoint", f"one of {', '.join(CHECKPOINT_FAULTS)}"
+    return None
+
+
+def _plugin(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    if arg not in PLUGIN_OPS:
+        return "plugin", f"{arg!r} is not one of {', '.join(PLUGIN_OPS)}"
+    return _no_options(options)
+
+
+def _pod(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict):
+        return "pod", "{create: NAME, devices: N} or {delete: NAME}"
+    if ("create" in arg) == ("delete" in arg):
+        return "pod", "exactly one of create or delete"
+    name = arg.get("create", arg.get("delete"))
+    if not (isinstance(name, str) and POD_NAME.fullmatch(name)):
+        return "pod", f"pod name {name!r}: lower-case letters, digits and '-'"
+    count_key = "devices"
+    allowed = {"create", count_key} if "create" in arg else {"delete"}
+    extra = sorted(set(arg) - allowed)
+    if extra:
+        return f"pod.{extra[0]}", f"unknown key; known: {', '.join(sorted(allowed))}"
+    count = arg.get(count_key, 1)
+    if "create" in arg and not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= 64):
+        return f"pod.{count_key}", "a number from 0 to 64"
+    return None
+
+
+def _device_ref(value: Any) -> bool:
+    return isinstance(value, str) and bool(DEVICE_REF.fullmatch(value))
+
+
+def _device(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict):
+        return "device", f"a mapping like {{fail: gpu-0}} or {{heat: '@0', to: 95}}; ops: {', '.join(DEVICE_OPS)}"
+    ops = [k for k in arg if k in DEVICE_OPS]
+    if len(ops) != 1:
+        return "device", f"exactly one of {', '.join(DEVICE_OPS)}"
+    op = ops[0]
+    if op in NVML_CONTROLS:
+        code = arg[op]
+        if set(arg) != {op} or not (isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 999):
+            return f"device.{op}", "an NVML return code (999: unknown error; 0: works again)"
+        return None
+    if not _device_ref(arg[op]):
+        return f"device.{op}", "an inventory device ID, '@N' or '@pod:NAME'"
+    value_key = DEVICE_VALUE.get(op)
+    extra = sorted(set(arg) - {op, *([value_key] if value_key else [])})
+    if extra:
+        return f"device.{extra[0]}", f"unknown key for {op}"
+    if op in ("heat", "cool"):
+        if not (isinstance(arg.get("to"), int | float) and not isinstance(arg.get("to"), bool)):
+            return "device.to", f"{op} needs to: a temperature in degrees C"
+    elif value_key and value_key in arg:
+        value = arg[value_key]
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return f"device.{value_key}", "a positive whole number"
+    elif op == "xid":
+        return "device.code", "xid needs code: the XID number"
+    return None
+
+
+def _script(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict):
+        return "script", f"a mapping like {{flap: gpu-0, period: 0.5, cycles: 3}}; scripts: {', '.join(SCRIPTS)}"
+    names = [k for k in arg if k in SCRIPTS]
+    if len(names) != 1:
+        return "script", f"exactly one of {', '.join(SCRIPTS)}"
+    name = names[0]
+    if not _device_ref(arg[name]):
+        return f"script.{name}", "an inventory device ID, '@N' or '@pod:NAME'"
+    needed = SCRIPTS[name]
+    extra = sorted(set(arg) - {name, *needed})
+    if extra:
+        return f"script.{extra[0]}", f"unknown key; {name} takes {', '.join(needed)}"
+    for key in needed:
+        value = arg.get(key)
+        if key in ("cycles", "count"):
+            if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000):
+                return f"script.{key}", "a whole number from 1 to 1000"
+        elif key in ("period", "down"):
+            if duration_s(value) is None or duration_s(value) == 0:
+                return f"script.{key}", "a positive duration (seconds, or '500ms')"
+        elif not (isinstance(value, int | float) and not isinstance(value, bool)):
+            return f"script.{key}", "a temperature in degrees C"
+    return None
+
+
+def _taint(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict) or not _device_ref(arg.get("device")):
+        return "taint", "{device: DEV, effect: NoExecute, key: example.com/key}"
+    extra = sorted(set(arg) - {"device", "effect", "key"})
+    if extra:
+        return f"taint.{extra[0]}", "unknown key; known: device, effect, key"
+    if arg.get("effect", "NoExecute") not in TAINT_EFFECTS:
+        return "taint.effect", f"one of {', '.join(TAINT_EFFECTS)}"
+    return None
+
+
+def _untaint(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict) or set(arg) != {"device"} or not _device_ref(arg["device"]):
+        return "untaint", "{device: DEV}"
+    return None
+
+
+def _hold(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    if duration_s(arg) is None:
+        return "hold", f"a duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms')"
+    return _no_options(options)
+
+
+def _under(action: str, problem: Problem) -> Problem:
+    """A condition's problem, with its field path under the action's key (steps[N].wait.pod.phase)."""
+    return None if problem is None else (f"{action}.{problem[0]}" if problem[0] else action, problem[1])
+
+
+def _wait(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    return _under("wait", _conditions(arg, kind)) or _timing(options, ("within",))
+
+
+def _expect(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _under("expect", _conditions(arg, kind)) or _timing(options, ("within", "throughout"))
+    if problem is None and "within" in options and "throughout" in options:
+        return "throughout", "give within (it comes true) or throughout (it stays true), not both"
+    return problem
+
+
+def _story(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    if arg not in STORIES:
+        return "story", f"{arg!r} is not one of {', '.join(STORIES)}"
+    problem = _no_options(options, ("toleration_seconds",))
+    if problem:
+        return problem
+    value = options.get("toleration_seconds", 0)
+    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3600):
+        return "toleration_seconds", "a whole number of seconds from 0 to 3600"
+    return None
+
+
+def _check(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    from harness.checks import SUITES, catalog
+
+    known = catalog(SUITES[kind])
+    if arg not in known:
+        return "check", f"{arg!r} is not a {kind} check (fakelet checks)"
+    return _no_options(options)
+
+
+def _timing(options: dict[str, Any], allowed: tuple[str, ...]) -> Problem:
+    problem = _no_options(options, allowed)
+    if problem:
+        return problem
+    for key in allowed:
+        if key in options and (duration_s(options[key]) is None or duration_s(options[key]) == 0):
+            return key, f"a positive duration up to {MAX_DURATION_S:g}s"
+    return None
+
+
+def count_ok(value: Any) -> bool:
+    """N, all, healthy, or {equals|at_least|at_most: one of those}."""
+    if isinstance(value, dict):
+        return len(value) == 1 and next(iter(value)) in COMPARISONS and count_ok(next(iter(value.values())))
+    return value in COUNT_WORDS or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
+def _conditions(arg: Any, kind: str) -> Problem:
+    if not isinstance(arg, dict) or not arg:
+        return "", f"a mapping of conditions; known: {', '.join(CONDITIONS)}"
+    for key, value in arg.items():
+        if key not in CONDITIONS:
+            return str(key), f"unknown condition; known: {', '.join(CONDITIONS)}"
+        if key in DRA_ONLY and kind != "dra":
+            return key, "needs a DRA driver (kind: dra)"
+        if key in DP_ONLY and kind == "dra":
+            return key, "is for device plugins"
+        problem = _conditions(value, kind) if key == "not" else _condition(key, value)
+        if problem:
+            return f"{key}{'.' + problem[0] if problem[0] else ''}", problem[1]
+    return None
+
+
+def _condition(key: str, value: Any) -> Problem:
+    count_help = "N, all, healthy, or {equals|at_least|at_most: N}"
+    if key == "registered":
+        return None if value is True else ("", "true (wait for a registration; its absence is a failed expect)")
+    if key in ("capacity", "allocatable"):
+        return None if count_ok(value) else ("", count_help)
+    if not isinstance(value, dict):
+        return "", "a mapping"
+    shapes: dict[str, dict[str, Any]] = {
+        "pod": {"name": str, "phase": PHASES, "reason": str},
+        "pod_devices": {"pod": str, "count": "count"},
+        "resources_status": {"pod": str, "health": HEALTH},
+        "calls": {"method": str, "count": "count"},
+        "checkpoint": {"pod": str, "devices": "count", "claims": "count"},
+        "cdi": {"pod": str, "present": bool},
+        "dialed": {"socket": str, "count": "count"},
+        "slices": {"devices": "count"},
+    }
+    shape = shapes[key]
+    extra = sorted(set(value) - set(shape))
+    if extra:
+        return extra[0], f"unknown key; known: {', '.join(shape)}"
+    for name, want in shape.items():
+        if name not in value:
+            continue
+        got = value[name]
+        if want == "count" and not count_ok(got):
+            return name, count_help
+        if want is str and not (isinstance(got, str) and got):
+            return name, "a non-empty string"
+        if want is bool and not isinstance(got, bool):
+            return name, "true or false"
+        if isinstance(want, tuple) and got not in want:
+            return name, f"one of {', '.join(want)}"
+    required = {"pod": ("name",), "pod_devices": ("pod", "count"), "resources_status": ("pod", "health"),
+                "calls": ("method", "count"), "cdi": ("pod", "present"), "dialed": ("socket",),
+                "slices": ("devices",)}.get(key, ())
+    missing = [r for r in required if r not in value]
+    if missing:
+        return missing[0], "required"
+    if key == "checkpoint" and not ({"pod", "claims", "devices"} & set(value)):
+        return "", "{pod: NAME, devices: COUNT} (device manager) or {claims: COUNT, devices: COUNT} (DRA)"
+    if key == "checkpoint" and "pod" in value and "devices" not in value:
+        return "devices", "required with pod"
+    return None

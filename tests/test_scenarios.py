@@ -1,0 +1,148 @@
+"""The scenario library (fixtures/scenarios): each file loads, each promised verdict holds on the
+fake kubelet (and on the real one where the real node runs), the step vocabulary reports mistakes
+with file, line and field, and a failed check's repro file replays."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.scenarios.library import all_scenarios
+from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, loads
+from harness.subjects import ProfileError, all_subjects, load_subject
+
+RUN_TIMEOUT_S = 600
+LIBRARY = all_scenarios()
+FAKE_CASES = [(s.name, c) for s in LIBRARY for c in s.cases if c.node == "fake"]
+REAL_CASES = [(s.name, c) for s in LIBRARY for c in s.cases if c.node == "real"]
+
+
+def scenario_run(out: Path, *args: str) -> tuple[int, str, dict]:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "run", *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    return proc.returncode, proc.stdout + proc.stderr, report
+
+
+def outcome_of(report: dict) -> str | None:
+    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
+
+
+def test_the_library_has_ten_reports_each_with_its_link_and_both_sides():
+    assert len(LIBRARY) >= 10
+    subjects = {s.name: s for s in all_subjects()}
+    for scenario in LIBRARY:
+        assert scenario.upstream.startswith("https://github.com/"), scenario.name
+        assert scenario.cases, f"{scenario.name}: no promised verdict"
+        for case in scenario.cases:
+            name = case.subject or scenario.subject
+            assert name in subjects, (scenario.name, name)
+            assert case.defect is None or case.defect in subjects[name].defects, (scenario.name, case.defect)
+            assert subjects[name].kind == scenario.kind, (scenario.name, name)
+    assert sum(REPRODUCED in {c.verdict for c in s.cases} for s in LIBRARY) >= 5
+    assert sum(NOT_REPRODUCED in {c.verdict for c in s.cases} for s in LIBRARY) == len(LIBRARY) - 1
+
+
+@pytest.mark.parametrize(("name", "case"), FAKE_CASES,
+                         ids=[f"{n}-{c.subject or 'default'}-{c.defect or 'reference'}" for n, c in FAKE_CASES])
+def test_each_scenario_gives_its_verdict_on_the_fake_kubelet(tmp_path, name, case):
+    args = [name, *(["--subject", case.subject] if case.subject else []),
+            *(["--defect", case.defect] if case.defect else [])]
+    code, output, report = scenario_run(tmp_path / "out", *args)
+    got = outcome_of(report)
+    if got == INCONCLUSIVE and report["checks"][0].get("install"):
+        pytest.skip(report["checks"][0]["detail"].splitlines()[0])  # a part that cannot run here (an API server)
+    assert got == case.verdict, output
+    assert code == {REPRODUCED: 1, NOT_REPRODUCED: 0}[case.verdict], output
+    assert f"verdict: {case.verdict.upper()}" in output
+
+
+@pytest.mark.real_kubelet
+@pytest.mark.parametrize(("name", "case"), REAL_CASES, ids=[n for n, _ in REAL_CASES])
+def test_each_scenario_gives_its_verdict_on_the_real_kubelet(tmp_path, name, case):
+    _code, output, report = scenario_run(tmp_path / "out", name, "--node", "real")
+    got = outcome_of(report)
+    if got == INCONCLUSIVE:
+        pytest.skip(report["checks"][0]["detail"].splitlines()[0])
+    assert got == case.verdict, output
+
+
+WRITTEN_BY_HAND = """\
+title: the plugin comes back after a kubelet outage
+correct: the plugin registers again when the kubelet returns
+bug: allocatable stays 0
+kind: device-plugin
+steps:
+  - kubelet: start
+  - plugin: start
+  - wait: {registered: true}
+  - kubelet: stop
+  - hold: 500ms
+  - kubelet: start
+  - expect: {registered: true, allocatable: all}
+    within: 30s
+"""
+
+
+def test_a_scenario_written_from_the_vocabulary_alone_runs(tmp_path):
+    path = tmp_path / "my-outage.yaml"
+    path.write_text(WRITTEN_BY_HAND)
+    code, output, report = scenario_run(tmp_path / "out", "--file", str(path), "--repeat", "2")
+    assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    assert "holding 0.5s" in output and "kubelet started" in output
+    assert report["facts"]["scenario"]["runs"] == 2 and "0 of 2 runs reproduced it" in output
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (WRITTEN_BY_HAND.replace("kind: device-plugin", "kind: gpu"), "x.yaml:4: kind"),
+    (WRITTEN_BY_HAND.replace("  - hold: 500ms", "  - hold: forever"), "x.yaml:10: steps[4].hold"),
+    (WRITTEN_BY_HAND.replace("{registered: true}\n", "{registred: true}\n"), "x.yaml:8: steps[2].wait.registred"),
+    (WRITTEN_BY_HAND.replace("  - kubelet: stop", "  - kubelet: reboot\n    checkpoint: eaten"),
+     "x.yaml:10: steps[3].checkpoint"),
+    (WRITTEN_BY_HAND.replace("  - kubelet: stop", "  - kubelet: stop\n    plugin: stop"), "x.yaml:9: steps[3]"),
+    (WRITTEN_BY_HAND.replace("within: 30s", "within: 30 parsecs"), "x.yaml:13: steps[6].within"),
+    (WRITTEN_BY_HAND.replace("kind: device-plugin", "kind: device-plugin\nsoup: 1"), "x.yaml:5: soup"),
+    (WRITTEN_BY_HAND.replace("  - expect: {registered: true, allocatable: all}\n    within: 30s\n", ""),
+     "x.yaml:5: steps"),
+])
+def test_mistakes_name_file_line_and_field(text, where):
+    with pytest.raises(ProfileError) as err:
+        loads(text, "x.yaml")
+    assert str(err.value).startswith(where), str(err.value)
+
+
+@pytest.mark.parametrize("args", [["no-such-scenario"], [], ["dp-checkpoint-lost-reboot", "--repeat", "0"],
+                                  ["dp-checkpoint-lost-reboot", "--subject", "reference-dra"],
+                                  ["dp-checkpoint-lost-reboot", "--file", "x.yaml"],
+                                  ["dp-checkpoint-lost-reboot", "--node", "real"]])
+def test_bad_scenario_input_is_one_line_and_exit_2(tmp_path, args):
+    code, output, _ = scenario_run(tmp_path / "out", *args)
+    assert code == 2 and len(output.strip().splitlines()) == 1 and "Traceback" not in output, output
+    assert not (tmp_path / "out").exists()
+
+
+def test_list_and_show():
+    listed = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "list"], capture_output=True,
+                            text=True, timeout=60).stdout.splitlines()
+    assert [line.split()[0] for line in listed] == sorted(s.name for s in LIBRARY)
+    assert all("https://" in line for line in listed)
+    shown = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "show", "dp-checkpoint-lost-reboot"],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "kubernetes/kubernetes/issues/116125" in shown and "kubelet: reboot (checkpoint=lost)" in shown
+
+
+def test_a_failed_check_writes_a_scenario_that_replays_it(tmp_path):
+    assert "duplicate-ids" in load_subject("reference-dp").defects
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "reference-dp", "--defect",
+                    "duplicate-ids", "--check", "DP-LAW-02", "--check", "DP-LAW-01", "--out", str(out)],
+                   capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    repro = out / "repro" / "DP-LAW-02.yaml"
+    assert repro.is_file() and not (out / "repro" / "DP-LAW-01.yaml").exists()
+    code, output, report = scenario_run(tmp_path / "replay", "--file", str(repro))
+    assert code == 1 and outcome_of(report) == REPRODUCED, output
+    assert "--defect duplicate-ids" in report["checks"][0]["repro"]
