@@ -110,8 +110,10 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
     p.add_argument("--seed", type=int, default=0, help="seed for fault schedules (default 0)")
     p.add_argument("--kubelet-version", default="default", metavar="VERSION",
-                   help=f"kubelet to imitate for DRA: {', '.join(KUBELET_VERSIONS)} or newest (default "
-                        f"{DEFAULT_KUBELET_VERSION}); it decides which DRA and health versions are negotiated")
+                   help=f"kubelet release the fake kubelet imitates: {', '.join(KUBELET_VERSIONS)} or newest (default "
+                        f"{DEFAULT_KUBELET_VERSION}); it decides the DRA and health versions negotiated, and the "
+                        "release's known behaviours (1.37: device-plugin clients per socket, re-prepare resets "
+                        "devices)")
     p.add_argument("--control-plane", default="local", metavar="SPEC",
                    help="API server for DRA: local (kube-apiserver + etcd), kubeconfig:PATH (an existing "
                         "cluster), or none (checks that need one skip)")

@@ -303,12 +303,13 @@ class DRAEnv(DPEnv):
             unavailable(f"needs kube-controller-manager's device-taint eviction controller: "
                         f"{self.control_plane.controllers_error}")
 
-    def run_pod(self, claims: list[PodClaim], name: str = "pod", template: bool = False
+    def run_pod(self, claims: list[PodClaim], name: str = "pod", template: bool = False, wait: bool = True
                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A real Pod with claims of its own, scheduled onto this node and running (its claims prepared).
 
         With `template`, its one claim comes from a ResourceClaimTemplate through the resource-claim
-        controller. Returns the pod as created and its allocated claims."""
+        controller. Without `wait` it is only scheduled (a kubelet that is down runs it when it starts).
+        Returns the pod as created and its allocated claims."""
         self.need_api()
         assert self.allocator is not None and self.scheduler is not None
         self.allocator.ensure_device_class(self.device_class, self.driver)
@@ -329,8 +330,9 @@ class DRAEnv(DPEnv):
             raise AssertionError(f"expected the driver's ResourceSlices to offer devices for pod "
                                  f"{pod['metadata']['name']}'s claims on node {self.node_name}; the scheduler "
                                  f"saw: {err}") from None
-        self.wait_pod("pod.running", pod, since, f"pod {pod['metadata']['name']} running (its claims prepared)",
-                      self.profile.reaction_s + self.profile.dra_call_timeout_s)
+        if wait:
+            self.wait_pod("pod.running", pod, since, f"pod {pod['metadata']['name']} running (its claims prepared)",
+                          self.profile.reaction_s + self.profile.dra_call_timeout_s)
         return pod, allocated
 
     def wait_pod(self, kind: str, pod: dict[str, Any], since_ns: int, awaiting: str,

@@ -22,6 +22,8 @@ from fake_devices.model import Inventory
 from harness.checks import expect, not_exercised
 from harness.devicemap import DeviceMap, HardwareDevice, map_devices
 from harness.filewatch import FileWatch
+from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import default as default_kubelet_version
 from harness.launchers import HOST_DEVICE_PLUGIN_DIR, NamespaceLauncher, ProcessLauncher, paths_in
 from harness.listing import HEALTHY, UNHEALTHY, Listing, wait_settled
 from harness.node import FakeNode
@@ -61,13 +63,15 @@ class SubjectUnavailable(RuntimeError):
 class DPEnv:
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
                  binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None,
-                 kind: KindAccess | None = None) -> None:
+                 kind: KindAccess | None = None, kubelet_version: KubeletVersion | None = None) -> None:
         """`real_node` puts the checks on a real kubelet (harness/realnode) joined to that API server;
         `kind`, on a kind cluster's node, with the subject's image as a DaemonSet (harness/kind)."""
         if defect is not None and defect not in spec.defects:
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
                                f"known: {', '.join(spec.defects) or 'none'}")
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
+        if kubelet_version is not None or not hasattr(self, "kubelet_version"):  # DRAEnv sets its own first
+            self.kubelet_version = kubelet_version or default_kubelet_version()
         self.binary, self.artifacts = binary, artifacts
         self.real_node, self.kind = real_node, kind
         self.timeline = Timeline()
@@ -108,8 +112,9 @@ class DPEnv:
             return ClusterNode(shell, self.timeline, self.profile, self.kind.client, self.kind.node_name)
         if self.real_node is not None:
             return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
-                             self.real_node.client)
-        return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile)
+                             self.real_node.client, release=self.kubelet_version.name)
+        return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
+                        kubelet_version=self.kubelet_version)
 
     def _namespace_binds(self) -> dict[str, str]:
         """Sandbox directory -> the host path a mount-namespace subject sees it at."""

@@ -7,8 +7,11 @@ for unary calls; stream consumers record their own messages.
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -97,14 +100,51 @@ class RecordingServerInterceptor(grpc.ServerInterceptor):
         return handle
 
 
+@dataclass(frozen=True)
+class CallHook:
+    """What to do as the next outgoing call of `method` on a timeline's channels is sent, once (a scenario's
+    plugin crash during that call). `before` runs in the calling thread just before the request goes out."""
+
+    method: str
+    before: Callable[[], None]
+
+
+_HOOKS: weakref.WeakKeyDictionary[Timeline, list[CallHook]] = weakref.WeakKeyDictionary()
+_HOOKS_LOCK = threading.Lock()
+
+
+def arm_call_hook(timeline: Timeline, hook: CallHook) -> None:
+    with _HOOKS_LOCK:
+        _HOOKS.setdefault(timeline, []).append(hook)
+
+
+def disarm_call_hooks(timeline: Timeline) -> list[CallHook]:
+    """Remove every hook still armed on the timeline; the ones that never fired."""
+    with _HOOKS_LOCK:
+        return _HOOKS.pop(timeline, [])
+
+
+def _take_call_hook(timeline: Timeline, method: str) -> CallHook | None:
+    with _HOOKS_LOCK:
+        hooks = _HOOKS.get(timeline) or []
+        for hook in hooks:
+            if hook.method == method:
+                hooks.remove(hook)
+                return hook
+    return None
+
+
 class RecordingClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
     def __init__(self, timeline: Timeline, source: str) -> None:
         self.timeline, self.source = timeline, source
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Message) -> Any:
         t0 = time.monotonic()
-        call = continuation(details, request)
         method = method_name(details.method)
+        hook = _take_call_hook(self.timeline, method)
+        if hook is not None:
+            hook.before()
+        call = continuation(details, request)
         try:
             response = call.result()
         except grpc.RpcError as err:

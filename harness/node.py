@@ -112,7 +112,7 @@ class FakeNode:
         """Start a kubelet instance; `arm`, `arm_dra`, `arm_watcher` may set up faults before it serves."""
         if self.manager is not None:
             return
-        manager = DeviceManager(self.plugin_dir, self.state_dir, self.timeline, self.profile)
+        manager = DeviceManager(self.plugin_dir, self.state_dir, self.timeline, self.profile, self.kubelet_version)
         if arm is not None:
             arm(manager)
         self.manager = manager.start()

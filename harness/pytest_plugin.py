@@ -187,7 +187,7 @@ class Collector:
         try:
             binary = self.run.resolve_binary()
             env = DPEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
-                        real_node=real_node, kind=kind)
+                        real_node=real_node, kind=kind, kubelet_version=self.run.kubelet_version)
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:

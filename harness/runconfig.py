@@ -34,10 +34,11 @@ from harness import gobuild
 from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
 from harness.env import SubjectUnavailable
 from harness.kubelet.validation import is_dns1123_subdomain, is_extended_resource_name
-from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.profiles import Profile
 from harness.profiles import get as get_profile
+from harness.realnode.releases import REAL_KUBELET_MODULES
 from harness.sandbox import check_base
 from harness.subjects import (
     DEFAULT_SKIN,
@@ -73,9 +74,13 @@ NODES = ("fake", "real")
 CLUSTERS = ("kind",)
 
 
-def check_node(node: str, control_plane: str) -> str:
+def check_node(node: str, control_plane: str, kubelet_version: str = DEFAULT_KUBELET_VERSION) -> str:
     if node not in NODES:
         raise ProfileError(f"--node {node!r}: choose one of {', '.join(NODES)}")
+    if node == "real" and kubelet_version not in REAL_KUBELET_MODULES:
+        raise ProfileError(f"--node real --kubelet-version {kubelet_version}: the real node builds kubelet "
+                           f"{', '.join(REAL_KUBELET_MODULES)} (tests/go/kubernetes*); the fake kubelet imitates "
+                           "the others")
     if node == "real" and control_plane != "local":
         # A real kubelet joins the API server it is given as a Node: never someone's cluster by accident.
         raise ProfileError(f"--node real runs its kubelet against fakelet's local API server; "
@@ -520,7 +525,7 @@ class RunConfig:
                    control_plane=check_control_plane(control_plane),
                    subject_file=str(Path(subject_file).resolve()) if subject_file else None,
                    plugin_cmd=plugin_cmd, image=image, overrides=overrides, require=check_require(require or []),
-                   node=check_node(node, control_plane),
+                   node=check_node(node, control_plane, get_kubelet_version(kubelet_version).name),
                    cluster=cluster, kind_image=kind_image,
                    keep_cluster=keep_cluster)
 
@@ -629,8 +634,9 @@ class RunConfig:
         parts = ["fakelet", "run", *self.subject_flags(), *self.overrides.flags()]
         if self.binary:
             parts += ["--binary", str(Path(self.binary).resolve())]
-        if self.spec.is_dra:
+        if self.spec.is_dra or self.kubelet_version.name != get_kubelet_version("default").name:
             parts += ["--kubelet-version", self.kubelet_version.name]
+        if self.spec.is_dra:
             if self.control_plane != "local":
                 parts += ["--control-plane", self.control_plane]
         if self.defect:

@@ -674,15 +674,32 @@ def header(report: SubjectReport) -> str:
     counts = (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
               f"{s['skip']} skip, {s['error']} error of {s['total']}")
     coverage = report.coverage_line().removeprefix(report.status())
-    facts = "".join(f"<li>{escape(k)}: {escape(fact_text(v))}</li>" for k, v in report.facts.items())
+    facts = "".join(f"<li>{escape(k)}: {escape(fact_text(v))}</li>" for k, v in report.facts.items()
+                    if k != "scenario")
     findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
     findings += "".join(f"<li>cleaned up: {escape(c)}</li>" for c in report.cleanup)
     more = (f"<h2>Facts</h2><ul class=\"facts\">{facts}</ul>" if facts else "") + \
         (f"<h2>Findings</h2><ul class=\"findings\">{findings}</ul>" if findings else "")
     return (f"<header><h1>fakelet conformance: {escape(report.subject)}</h1>"
             f'<p><span class="verdict {"yes" if ok else "no"}">{escape(report.status())}</span>'
-            f'<span class="counts">{escape(counts)}{escape(coverage)}</span></p><dl class="meta">{meta}</dl>'
-            f"{more}</header>")
+            f'<span class="counts">{escape(counts)}{escape(coverage)}</span></p>{scenario_block(report)}'
+            f'<dl class="meta">{meta}</dl>{more}</header>')
+
+
+def scenario_block(report: SubjectReport) -> str:
+    """A scenario run's outcome and the report it replays (fakelet scenario run)."""
+    scenario = report.facts.get("scenario")
+    if not isinstance(scenario, dict):
+        return ""
+    runs = scenario.get("runs", 1)
+    tally = f" ({scenario.get('reproduced', 0)} of {runs} runs reproduced it)" if runs > 1 else ""
+    link = scenario.get("upstream") or ""
+    upstream = f'<a href="{escape(link)}">{escape(link)}</a>' if link else "none (a failed check, replayed)"
+    return (f'<p class="scenario">Scenario <code>{escape(str(scenario.get("name")))}</code>: '
+            f"<strong>{escape(str(scenario.get('outcome', '')).upper())}</strong>{escape(tally)}. "
+            f"{escape(str(scenario.get('title', '')))}. Report: {upstream}</p>"
+            f"<p class=\"scenario\">Correct: {escape(str(scenario.get('correct', '')))}<br>"
+            f"The bug: {escape(str(scenario.get('bug', '')))}</p>")
 
 
 def fact_text(value: object) -> str:

@@ -55,15 +55,16 @@ def markdown(report: SubjectReport) -> str:
         f"{s['skip']} skip, {s['error']} error" + (f", {s['missing']} without a result" if s["missing"] else ""),
         f"- profile `{report.profile}`, seed {report.seed}, {report.duration_s:.1f}s, fakelet {report.fakelet_version}",
         f"- API versions: {', '.join(f'{k} {v}' for k, v in report.api_versions.items()) or 'n/a'}", "",
-        "| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |",
     ]
+    lines += scenario_lines(report.facts.get("scenario"))
+    lines += ["| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |"]
     for c in report.checks:
         first = (c.detail.splitlines() or [""])[0].replace("|", "\\|")
         lines.append(f"| {c.id} | {c.level} | {ICONS[c.verdict]} | {c.duration_s:.2f}s | {first} |")
     notes = [(c.id, n) for c in report.checks for n in c.notes]
     if report.facts or report.findings or report.cleanup or notes:
         lines += ["", "## Facts and notes", ""]
-        lines += [f"- {k}: {v}" for k, v in report.facts.items()]
+        lines += [f"- {k}: {v}" for k, v in report.facts.items() if k != "scenario"]
         lines += [f"- finding: {f}" for f in report.findings]
         lines += [f"- cleaned up: {c}" for c in report.cleanup]
         lines += [f"- {cid}: {n}" for cid, n in notes]
@@ -77,6 +78,19 @@ def markdown(report: SubjectReport) -> str:
             lines += [f"### {c.id} ({c.level}): {c.title}", "", "```", c.detail, "```", "",
                       f"Reproduce: `{c.repro}`", ""]
     return "\n".join(lines) + "\n"
+
+
+def scenario_lines(scenario: dict | None) -> list[str]:
+    """A scenario run's own outcome (fakelet scenario run): reproduced, not reproduced or inconclusive."""
+    if not scenario:
+        return []
+    runs = scenario.get("runs", 1)
+    tally = f" ({scenario.get('reproduced', 0)} of {runs} runs reproduced it)" if runs > 1 else ""
+    return [f"## Scenario `{scenario.get('name')}`: **{str(scenario.get('outcome', '')).upper()}**{tally}", "",
+            f"- report: {scenario.get('upstream') or 'none (a failed check, replayed)'}",
+            f"- {scenario.get('title')}",
+            f"- correct: {scenario.get('correct')}",
+            f"- the bug: {scenario.get('bug')}", ""]
 
 
 def write_markdown(report: SubjectReport, path: Path) -> None:

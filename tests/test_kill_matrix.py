@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from fake_devices.materialize import skin_parts
 from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.subjects import SubjectSpec, load_subject
 from suites.dp.test_health import SURFACE_CHECKS
+from suites.dra.test_health import SURFACE_CHECKS as DRA_SURFACE_CHECKS
 
 SPEC = load_subject("reference-dp")
 DRA_SPEC = load_subject("reference-dra")
@@ -72,9 +74,8 @@ def test_profile_documents_every_defect() -> None:
     assert set(LEVELZERO_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_LEVELZERO_DEFECTS)
     assert set(NVML_GO_SPEC.defects) == {"never-recovers", "app-xid-fatal", "ignores-xid79", "ignores-temperature",
                                          "wait-error-keeps-healthy"}
-    # Only what a DRA check can kill: no DRA check raises an application XID or fails the event wait.
-    assert set(NVML_DRA_GO_SPEC.defects) == {"never-recovers", "ignores-xid79", "ignores-temperature", "single-stream",
-                                             "no-refresh"}
+    assert set(NVML_DRA_GO_SPEC.defects) == {"never-recovers", "app-xid-fatal", "ignores-xid79", "ignores-temperature",
+                                             "wait-error-keeps-healthy", "single-stream", "no-refresh"}
 
 
 def hostile_corpus() -> list[tuple[str, str]]:
@@ -93,10 +94,11 @@ def test_hostile_corpus_is_complete() -> None:
 
 
 def other_surfaces(spec: SubjectSpec) -> set[str]:
-    """Checks of a vendor surface the subject's fake hardware lacks (DP-HLT-06..08 need the nvml skin, DP-HLT-09
-    the drm skin's sidecar): for this subject they can only be not exercised."""
-    skin = (spec.backend or {}).get("skin")
-    return {c for s, checks in SURFACE_CHECKS.items() if s != skin for c in checks}
+    """Checks of a vendor surface the subject's fake hardware lacks (DP-HLT-06..08 and DRA-HLT-04/05 need the nvml
+    skin, DP-HLT-09 the drm skin's sidecar): for this subject they can only be not exercised."""
+    parts = skin_parts((spec.backend or {}).get("skin") or "neutral")
+    return {c for table in (SURFACE_CHECKS, DRA_SURFACE_CHECKS) for s, checks in table.items() if s not in parts
+            for c in checks}
 
 
 def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool = False) -> list[str]:

@@ -112,10 +112,10 @@ def find_etcd() -> Path:
     return etcd
 
 
-def _kube_module() -> Path:
+def _kube_module(module_dir: str | None = None) -> Path:
     from harness.subjects import repo_root  # subjects imports much; only the build path needs it
 
-    return repo_root() / KUBE_MODULE
+    return repo_root() / (module_dir or KUBE_MODULE)
 
 
 def find_kube_apiserver() -> tuple[Path, str | None]:
@@ -123,12 +123,14 @@ def find_kube_apiserver() -> tuple[Path, str | None]:
     return find_kube_binary("kube-apiserver", KUBE_APISERVER_PACKAGE)
 
 
-def find_kube_binary(name: str, package: str) -> tuple[Path, str | None]:
-    """A Kubernetes server binary from PATH or $KUBEBUILDER_ASSETS, else built from the wrapper module."""
-    found = _from_path_or_assets(name)
-    if found is not None:
-        return found, None
-    module = _kube_module()
+def find_kube_binary(name: str, package: str, module_dir: str | None = None) -> tuple[Path, str | None]:
+    """A Kubernetes server binary from PATH or $KUBEBUILDER_ASSETS, else built from the wrapper module;
+    with `module_dir` (a release's own wrapper module), always built from that module."""
+    if module_dir is None:
+        found = _from_path_or_assets(name)
+        if found is not None:
+            return found, None
+    module = _kube_module(module_dir)
     missing = f"{name} not found on PATH or in $KUBEBUILDER_ASSETS"
     try:
         built = gobuild.build(module, package, name)

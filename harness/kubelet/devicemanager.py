@@ -27,6 +27,8 @@ from harness.interceptors import RecordingServerInterceptor, to_dict
 from harness.kubelet import checkpoint
 from harness.kubelet.endpoint import DialError, Endpoint, HungCall, OverLimit, go_status, record_over_limit
 from harness.kubelet.validation import is_extended_resource_name
+from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.versions import default as default_kubelet_version
 from harness.profiles import Profile
 from harness.timeline import Timeline
 from harness.wire import dp, dp_grpc
@@ -115,8 +117,10 @@ class DeviceManager:
 
     _instances = itertools.count(1)
 
-    def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile) -> None:
+    def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile,
+                 version: KubeletVersion | None = None) -> None:
         self.plugin_dir, self.timeline, self.profile = Path(plugin_dir), timeline, profile
+        self.version = version or default_kubelet_version()
         self.state_dir = Path(state_dir)
         self.instance = next(self._instances)
         self.faults = FaultPlan(timeline, "kubelet")
@@ -376,10 +380,16 @@ class DeviceManager:
         self._write_checkpoint()
 
     def _on_stream_end(self, endpoint: Endpoint, reason: str) -> None:
-        # Upstream runClient disconnects whatever client is *current* for the
-        # resource when any of its streams ends, even an older one's.
+        # Up to 1.36 upstream's runClient disconnects whatever client is *current* for the
+        # resource when any of its streams ends, even an older one's (kubernetes#121994).
+        # 1.37 keeps clients per socket: an older client on another socket just goes.
         with self._lock:
             state = self._resources.get(endpoint.resource)
+            if state is not None and self.version.dp_endpoints_per_socket and _drop_other_socket(state, endpoint):
+                self.timeline.record("kubelet.stream_end", "kubelet", instance=self.instance,
+                                     resource=endpoint.resource, endpoint_id=endpoint.id, reason=reason,
+                                     disconnected=False)
+                return
             disconnect = state is not None and state.stopped_at is None and not endpoint.stopped_by_kubelet
             current = state.endpoint if state is not None else None
             # Recorded before the stop time is taken: the grace period measured
@@ -557,3 +567,16 @@ class _RegistrationServicer(dp_grpc.RegistrationServicer):
 
     def Register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:  # noqa: N802
         return self._manager.register(request, context)
+
+
+def _drop_other_socket(state: ResourceState, ended: Endpoint) -> bool:
+    """1.37 PluginDisconnected(resource, socketPath): True when `ended` was not the resource's last client on a
+    live socket, so it goes alone; when it was the current one, a remaining one is promoted."""
+    others = [e for e in (state.endpoint, *state.stale_endpoints)
+              if e is not None and e is not ended and e.socket_path != ended.socket_path and not e.ended.is_set()]
+    if not others:
+        return False
+    if state.endpoint is ended:
+        state.endpoint = others[0]
+    state.stale_endpoints = [e for e in state.stale_endpoints if e is not ended and e is not state.endpoint]
+    return True

@@ -599,8 +599,10 @@ class DRAManager:
                 if info is None:
                     raise PrepareError(f"internal error: unable to get claim info for ResourceClaim {name} "
                                        f"in namespace {ns}", claim=name, driver=plugin.driver)
-                # addDevice appends: a claim prepared again after a restart or a failed
-                # sync lists its devices again, as upstream's cache does.
+                # Up to 1.36 addDevice appends: a claim prepared again after a restart or a failed
+                # sync lists its devices again (kubernetes#140471); 1.37 resets them first.
+                if self.version.prepare_resets_devices:
+                    info.state.drivers[plugin.driver] = []
                 info.state.drivers.setdefault(plugin.driver, []).extend(
                     Device(d["pool"], d["device"], d["requests"], d["cdi_ids"], d["share_id"])
                     for d in result["devices"])

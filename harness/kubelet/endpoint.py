@@ -83,6 +83,7 @@ class Endpoint:
         self.options = dp.DevicePluginOptions()
         self._stream: grpc.Future | None = None
         self._stopping = threading.Event()
+        self.ended = threading.Event()  # its ListAndWatch stream is over
         self._thread: threading.Thread | None = None
 
     def dial(self, timeout_s: float) -> None:
@@ -156,6 +157,7 @@ class Endpoint:
                                              f"{FAKELET_MAX_RECV_BYTES} byte limit ({reason})")
         if self._stopping.is_set():
             reason = "stopped by kubelet"
+        self.ended.set()
         on_end(self, reason)
 
     # Upstream calls Allocate and GetPreferredAllocation with context.Background() (plugin/v1beta1

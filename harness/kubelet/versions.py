@@ -56,6 +56,14 @@ class KubeletVersion:
     replace_on_reregister: bool = False
     # allocatedResourcesStatus carries the plugin's health message (ResourceHealthStatusMessage).
     health_message: bool = False
+    # Device-plugin clients kept per socket (plugin/v1beta1 handler.go getClient(name, socketPath),
+    # manager.go endpointStore; kubernetes#135437): a stream that ends disconnects its own socket's
+    # client only. Before, runClient disconnected whichever client was current for the resource
+    # (kubernetes#121994: a surge rolling update leaves the kubelet with no plugin).
+    dp_endpoints_per_socket: bool = False
+    # A claim prepared again replaces the driver's devices (manager.go resetDevices before addDevice;
+    # kubernetes#140274). Before, addDevice appended and the checkpoint doubled (kubernetes#140471).
+    prepare_resets_devices: bool = False
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "dra_services": list(self.dra_services),
@@ -90,9 +98,13 @@ KUBELET_VERSIONS: dict[str, KubeletVersion] = {v.name: v for v in (
     # v1.37.0 dra_plugin.go healthServicesSupportedByKubelet = [v1, v1alpha1]; RegisterPlugin ->
     # pickHealthService (kubelet order, only advertised services); add() starts the stream only
     # when chosenHealthService != "" and stops it on codes.Unimplemented.
+    # v1.37.2 devicemanager plugin/v1beta1 handler.go runClient: getClient(name, c.SocketPath());
+    # manager.go PluginDisconnected promotes a remaining endpoint; cm/dra manager.go calls
+    # info.resetDevices before addDevice. v1.36.3 has neither (getClient(name); addDevice only).
     KubeletVersion("1.37", _V1_V1BETA1, (HEALTH_V1, HEALTH_V1ALPHA1),
                    gated_health_versions=(HEALTH_V1, HEALTH_V1ALPHA1), health_needs_advertising=True,
-                   health_stop_on_unimplemented=True, health_message=True),
+                   health_stop_on_unimplemented=True, health_message=True, dp_endpoints_per_socket=True,
+                   prepare_resets_devices=True),
 )}
 
 DEFAULT_KUBELET_VERSION = "1.36"

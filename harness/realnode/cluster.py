@@ -229,6 +229,11 @@ class ClusterNode:
                                           "ready": c.get("ready"), "state": c.get("state")}
                                          for c in status.get("containerStatuses") or []])
 
+    def pod_name(self, pod: str) -> str | None:
+        """The name of the Pod this node created for the caller's pod key (its `node.pod` events carry it)."""
+        known = self._pods.get(pod)
+        return known.name if known is not None else None
+
     def _resource(self, resource: str, which: str) -> int | None:
         value = (self._status.get(which) or {}).get(resource)
         return None if value is None else int(value)

@@ -42,6 +42,7 @@ from harness.realnode import configs, image
 from harness.realnode.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups, remove_cgroups
 from harness.realnode.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
 from harness.realnode.namespace import Daemon, NamespaceError, NodeNamespace
+from harness.realnode.releases import REAL_KUBELET_MODULES
 from harness.reaper import owner_tag
 from harness.sandbox import Sandbox
 from harness.timeline import Timeline
@@ -65,6 +66,9 @@ LOG_EVENTS = (
     # cm/devicemanager/plugin/v1beta1/server.go Register()
     (re.compile(r'"Got registration request from device plugin with resource" resourceName="(?P<resource>[^"]+)"'),
      "kubelet.register_received"),
+    # cm/devicemanager/plugin/v1beta1/handler.go connectClient (V(2)): the kubelet dialed the plugin and
+    # called GetDevicePluginOptions, so the registration is accepted
+    (re.compile(r'"Connected to new client" resource="(?P<resource>[^"]+)"'), "kubelet.connected"),
     # cm/dra/plugin/dra_plugin_manager.go: the driver's gRPC connection is up (it registered)
     (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*connected=true'), "dra.registered"),
 )
@@ -102,8 +106,11 @@ class NodeAccess:
 class LocalShell:
     """One real kubelet (restartable) and its container runtime, in a namespace of their own, for one sandbox."""
 
-    def __init__(self, sandbox: Sandbox, timeline: Timeline, kubeconfig: Path, node_name: str) -> None:
+    def __init__(self, sandbox: Sandbox, timeline: Timeline, kubeconfig: Path, node_name: str,
+                 release: str | None = None) -> None:
+        """`release`: the kubelet release to build (harness/realnode/releases.py); None: the default module's."""
         self.sandbox, self.timeline, self.kubeconfig, self.node_name = sandbox, timeline, Path(kubeconfig), node_name
+        self.release = release
         self.workdir = sandbox.path / "node"
         self.podres_dir = self.workdir / "pod-resources"
         self.runtime_socket = self.workdir / "containerd.sock"
@@ -137,7 +144,8 @@ class LocalShell:
         if why:
             raise RealNodeUnavailable(why)
         try:
-            self.kubelet_binary, self.kubelet_version = find_kube_binary("kubelet", KUBELET_PACKAGE)
+            module = REAL_KUBELET_MODULES[self.release] if self.release is not None else None
+            self.kubelet_binary, self.kubelet_version = find_kube_binary("kubelet", KUBELET_PACKAGE, module)
         except ControlPlaneUnavailable as err:
             raise RealNodeUnavailable(str(err).splitlines()[0]) from None
         reap_cgroups()
@@ -270,10 +278,10 @@ class LocalNode(ClusterNode):
     """The real kubelet on this machine (LocalShell), joined to the run's own API server."""
 
     def __init__(self, sandbox: Sandbox, timeline: Timeline, profile: Profile, kubeconfig: Path,
-                 client: KubeClient, node_name: str | None = None) -> None:
+                 client: KubeClient, node_name: str | None = None, release: str | None = None) -> None:
         node_name = node_name or f"fakelet-real-{secrets.token_hex(4)}"
         self.sandbox, self.kubeconfig = sandbox, Path(kubeconfig)
-        self.shell: LocalShell = LocalShell(sandbox, timeline, kubeconfig, node_name)
+        self.shell: LocalShell = LocalShell(sandbox, timeline, kubeconfig, node_name, release)
         super().__init__(self.shell, timeline, profile, client, node_name)
 
     @property

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harness.cdispecs import defined_devices
 from harness.kubelet import checkpoint as dp_checkpoint
 from harness.kubelet import dracheckpoint
+from harness.kubelet.podresources import read_pod_resources
 from harness.node import FakeNode
 from harness.timeline import Event
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 # Events that carry capacity and allocatable as they were at that moment: a "throughout"
 # expectation is judged on each of them too, so a change that lasted milliseconds is not missed.
 RESOURCE_EVENTS = ("kubelet.devices", "node.status")
+PODRESOURCES_TIMEOUT_S = 5.0  # one List and GetAllocatableResources on a local socket
 
 
 class Conditions:
@@ -160,6 +162,9 @@ class Conditions:
         return ok, f"pod {pod.name} {phase}{f' ({reason[:160]})' if reason else ''}"
 
     def _phase(self, pod: Any) -> tuple[str, str]:
+        node = self.env.node
+        if not self.stage.is_dra and not isinstance(node, FakeNode) and pod.phase != "Failed":
+            return self._real_phase(pod)
         if not self.stage.is_dra or not pod.key:
             return pod.phase, pod.reason
         kinds = {"pod.running": "Running", "pod.sync_failed": "Failed", "pod.deleted": "Deleted",
@@ -170,14 +175,42 @@ class Conditions:
         last = events[-1]
         return kinds[last.kind], str(last.get("error") or last.get("reason") or "")
 
+    def _real_phase(self, pod: Any) -> tuple[str, str]:
+        """A real node's Pod as the API server last showed it (its `node.pod` events): the kubelet, not
+        fakelet, decides whether a running pod is killed after a restart."""
+        name = self.env.node.pod_name(pod.key)  # type: ignore[union-attr]
+        events = [e for e in self.env.timeline.events(kind="node.pod") if name and e.get("pod") == name]
+        if not events:
+            return pod.phase, pod.reason
+        last = events[-1]
+        if last.get("change") == "DELETED":
+            return "Deleted", ""
+        reason = " ".join(str(x) for x in (last.get("reason"), last.get("message")) if x)
+        return str(last.get("phase") or "Pending"), reason
+
     def _pod_devices(self, want: dict[str, Any]) -> tuple[bool, str]:
         pod = self.stage._pod(want["pod"])
         node = self.env.node
         if not node.running:
             return False, "no PodResources answer: the kubelet is not running"
-        devices = [d for ds in node.pod_devices(pod.key).values() for d in ds]
+        devices = [d for ds in self._pod_resources(pod.key).values() for d in ds]
         ok, seen = self._count("devices", len(devices), want["count"])
         return ok, f"PodResources: pod {pod.name} has {seen}"
+
+    def _pod_resources(self, key: str) -> dict[str, list[str]]:
+        """The pod's devices as the kubelet's PodResources API answers List (the real node's reads it too)."""
+        node = self.env.node
+        if not isinstance(node, FakeNode):
+            return node.pod_devices(key)
+        answer = read_pod_resources(node.pod_resources_socket, PODRESOURCES_TIMEOUT_S)
+        out: dict[str, list[str]] = {}
+        for pod in answer.get("pods") or []:
+            if pod.get("name") != key:
+                continue
+            for container in pod.get("containers") or []:
+                for device in container.get("devices") or []:
+                    out.setdefault(device["resource_name"], []).extend(device.get("device_ids") or [])
+        return out
 
     def _resources_status(self, want: dict[str, Any]) -> tuple[bool, str]:
         pod = self.stage._pod(want["pod"])
@@ -232,6 +265,8 @@ class Conditions:
 
     def _cdi(self, want: dict[str, Any]) -> tuple[bool, str]:
         pod = self.stage._pod(want["pod"])
+        if not pod.cdi_ids:
+            self.stage.remember_cdi(pod)  # a pod that started after it was made (the kubelet was down)
         ids = [i for ids in pod.cdi_ids.values() for i in ids]
         if not ids:
             return False, f"pod {pod.name}'s claims were prepared with no CDI devices"

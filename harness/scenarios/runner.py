@@ -15,6 +15,7 @@ inconclusive a skip with its reason; the outcome itself is in the report's
 from __future__ import annotations
 
 import datetime
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ def repro(run: RunConfig, scenario: Scenario, file: str | None, repeat: int, nod
     line = run.repro("-").removesuffix(" --check -")
     target = f"--file {file}" if file else scenario.name
     line = line.replace("fakelet run", f"fakelet scenario run {target}", 1)
-    return line + (f" --node {node}" if node != "fake" else "") + (f" --repeat {repeat}" if repeat > 1 else "")
+    return line + (f" --repeat {repeat}" if repeat > 1 else "")
 
 
 def run_scenario(run: RunConfig, scenario: Scenario, say: Callable[[str], None], *, repeat: int = 1,
@@ -71,8 +72,7 @@ def run_scenario(run: RunConfig, scenario: Scenario, say: Callable[[str], None],
         for n in range(repeat):
             if repeat > 1:
                 say(f"run {n + 1} of {repeat}")
-            artifacts = Path(run.out) / "artifacts" / f"scenario-{scenario.name}" / f"run-{n + 1}" \
-                if run.out else None
+            artifacts = _artifacts(run, scenario) / f"run-{n + 1}" if run.out else None
             outcomes.append(_one_run(run, scenario, say, plane, why, node, artifacts, report, toleration_s))
     except KeyboardInterrupt:
         say("interrupted")
@@ -85,6 +85,8 @@ def run_scenario(run: RunConfig, scenario: Scenario, say: Callable[[str], None],
         return report
     outcome, detail = overall(outcomes)
     last = outcomes[-1]
+    if run.out:
+        _keep_timeline(_artifacts(run, scenario), outcomes)
     report.facts["scenario"] = {
         "name": scenario.name, "title": scenario.title, "upstream": scenario.upstream, "outcome": outcome,
         "correct": scenario.correct, "bug": scenario.bug, "runs": len(outcomes),
@@ -97,6 +99,20 @@ def run_scenario(run: RunConfig, scenario: Scenario, say: Callable[[str], None],
         repro=repro(run, scenario, file, repeat, node) if outcome != NOT_REPRODUCED else "",
         notes=last.steps, install=last.install))
     return report
+
+
+def _artifacts(run: RunConfig, scenario: Scenario) -> Path:
+    """Where the scenario's runs keep their timelines and logs: under its check ID, as a check's are."""
+    assert run.out is not None
+    return Path(run.out) / "artifacts" / f"SCENARIO-{scenario.name}"
+
+
+def _keep_timeline(directory: Path, outcomes: list[Outcome]) -> None:
+    """The timeline the report plots: the first run that reproduced the bug, else the last run."""
+    pick = next((n for n, o in enumerate(outcomes) if o.outcome == REPRODUCED), len(outcomes) - 1)
+    source = directory / f"run-{pick + 1}" / "timeline.json"
+    if source.is_file():
+        shutil.copyfile(source, directory / "timeline.json")
 
 
 def overall(outcomes: list[Outcome]) -> tuple[str, str]:
@@ -188,7 +204,8 @@ def _environment(run: RunConfig, plane: ControlPlane | None, why: str, node: str
         return DRAEnv(run.spec, run.profile, run.defect, run.seed, binary, artifacts,
                       kubelet_version=run.kubelet_version, control_plane=plane, control_plane_error=why or
                       "no API server")
-    return DPEnv(run.spec, run.profile, run.defect, run.seed, binary, artifacts, real_node=real)
+    return DPEnv(run.spec, run.profile, run.defect, run.seed, binary, artifacts, real_node=real,
+                 kubelet_version=run.kubelet_version)
 
 
 def _tell(stage: Stage | None, say: Callable[[str], None], text: str) -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from harness.scenarios.vocabulary import ACTIONS, check_step
 from harness.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
 
@@ -45,8 +47,9 @@ class Step:
     index: int
 
     def describe(self) -> str:
-        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        return f"{self.action}: {self.arg}" + (f" ({opts})" if opts else "")
+        """The step as its file wrote it, on one line."""
+        return yaml.safe_dump({self.action: self.arg, **self.options}, default_flow_style=True, sort_keys=False,
+                              width=1000).strip()[1:-1]
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,18 @@ Three ways a step ends besides success, and what they mean for the verdict:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fake_devices.scripts import ecc_burst, flap, run_script, temperature_ramp, unplug_replug
 from harness.env import DPEnv
+from harness.interceptors import CallHook, arm_call_hook, disarm_call_hooks
 from harness.kubelet import checkpoint as dp_checkpoint
 from harness.kubelet import dracheckpoint
 from harness.node import AdmissionError, FakeNode
@@ -28,6 +32,7 @@ from harness.scenarios.schema import Step
 from harness.scenarios.vocabulary import duration_s
 from harness.timeline import Event, WaitTimeout
 
+CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
 CORRUPT_CHECKPOINT = b"{not a checkpoint"  # what a half-written file looks like to the kubelet's JSON decoder
 UNEXPECTED_ADMISSION = "UnexpectedAdmissionError"  # kubelet lifecycle/predicate.go: the reason of a failed Allocate
 
@@ -63,6 +68,7 @@ class Stage:
         self.pods: dict[str, PodRecord] = {}
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
         self.measured: dict[str, float] = {}
+        self.crashes: list[tuple[threading.Thread, bool, str]] = []  # fired crashes: thread, restart, call
 
     # -- narration -------------------------------------------------------------------------------
 
@@ -80,10 +86,26 @@ class Stage:
         return self.env.node if isinstance(self.env.node, FakeNode) else None
 
     def run(self, step: Step) -> None:
+        self._after_crashes()
         handler = getattr(self, f"_do_{step.action}")
         handler(step)
 
+    def _after_crashes(self) -> None:
+        """Finish the crashes that fired during the last step: the plugin starts again here, on this
+        thread (a child's parent-death signal follows the thread that started it)."""
+        fired, self.crashes = self.crashes, []
+        for thread, restart, method in fired:
+            thread.join(CRASH_JOIN_S)
+            self.tell(f"the plugin was killed as the kubelet sent {method}")
+            if restart:
+                self.env.subject.start()
+                self.tell("plugin started again (its DaemonSet restarts it)")
+
     def close(self) -> None:
+        for hook in disarm_call_hooks(self.env.timeline):
+            self.tell(f"the kubelet never sent {hook.method}: the crash armed for it did not happen")
+        for thread, _, _ in self.crashes:
+            thread.join(CRASH_JOIN_S)
         for instance in self.retired:
             instance.stop()
 
@@ -182,6 +204,8 @@ class Stage:
         elif op == "stop":
             subject.stop()
             self.tell("plugin stopped (SIGTERM)")
+        elif op in ("kill", "crash") and "during" in step.options:
+            self._arm_crash(step.options["during"], restart=op == "crash")
         elif op == "kill":
             subject.kill()
             self.tell("plugin killed (SIGKILL: no cleanup)")
@@ -192,19 +216,41 @@ class Stage:
             subject.restart(crash=True)
             self.tell("plugin crashed (SIGKILL) and was started again")
         else:
-            self._rolling_update()
+            self._rolling_update(list(step.options.get("args", [])))
 
-    def _rolling_update(self) -> None:
-        """A DaemonSet update with surge: the new pod starts and registers while the old one still
-        serves; then the old one gets SIGTERM."""
+    def _arm_crash(self, method: str, restart: bool) -> None:
+        """SIGKILL the plugin as the kubelet sends its next `method` call (and start it again for a crash):
+        the call fails as it does when a plugin dies in mid-call. Whether the plugin had read the request
+        by then is not known; the kubelet cannot tell either."""
+        subject = self.env.subject
+
+        def crash() -> None:
+            self.env.timeline.record("fault.crash_during", "harness", method=method, restart=restart)
+            subject.kill()
+
+        def fire() -> None:
+            # Off the calling thread: the kubelet's call goes out while the plugin dies.
+            thread = threading.Thread(target=crash, name=f"crash-during-{method}", daemon=True)
+            self.crashes.append((thread, restart, method))
+            thread.start()
+
+        arm_call_hook(self.env.timeline, CallHook(method, fire))
+        self.tell(f"armed: the plugin is killed{' and started again' if restart else ''} as the kubelet "
+                  f"sends its next {method}")
+
+    def _rolling_update(self, args: list[str]) -> None:
+        """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while
+        the old one still serves; then the old one gets SIGTERM."""
         env, old = self.env, self.env.subject
         twin = getattr(old, "twin", None)
         if twin is None:
             raise Inconclusive(f"a rolling update needs a second instance; the {type(old).__name__} has none")
         since = env.now()
         new = twin()
+        new.argv = [*new.argv, *args]
         new.start()
-        self.tell("rolling update: a second plugin instance started beside the first")
+        self.tell(f"rolling update: a second plugin instance started beside the first"
+                  f"{' with ' + ' '.join(args) if args else ''}")
         try:
             self._wait_registration(since, "the new instance's registration")
         except WaitTimeout as err:
@@ -219,6 +265,12 @@ class Stage:
     def _wait_registration(self, since: int, awaiting: str) -> Event:
         if self.is_dra:
             return self.env.wait_dra_registered(since)  # type: ignore[attr-defined]
+        if self.fake is None:
+            # A real kubelet says so in its log (harness/realnode/localnode.py LOG_EVENTS).
+            resource = self.env.spec.resource
+            return self.env.timeline.wait_for(
+                lambda e: e.kind == "kubelet.connected" and e.get("resource") == resource,
+                self.env.profile.reaction_s, awaiting, since, relevant=("kubelet.connected", "kubelet.exit"))
         return self.env.wait_registered(since)
 
     # -- pods ----------------------------------------------------------------------------------------
@@ -259,17 +311,32 @@ class Stage:
 
         env = self.env
         assert isinstance(env, DRAEnv)
+        running = env.node.running
         try:
-            api, claims = env.run_pod([PodClaim("gpu", count)], name)
+            api, claims = env.run_pod([PodClaim("gpu", count)], name, wait=running)
         except (AssertionError, WaitTimeout) as err:
             self.pods[name] = PodRecord(name, "", count, "Failed", str(err).splitlines()[0])
             self.tell(f"pod {name}: did not run: {str(err).splitlines()[0]}")
             return
-        pod = PodRecord(name, api["metadata"]["uid"], count, "Running", api=api, claims=claims)
-        pod.cdi_ids = {c["metadata"]["uid"]: env.prepared_cdi_ids(c) for c in claims}
+        pod = PodRecord(name, api["metadata"]["uid"], count, "Running" if running else "Pending", api=api,
+                        claims=claims)
         self.pods[name] = pod
         devices = [d for c in claims for _, d in env.allocated_devices(c, env.driver)]
+        if not running:
+            self.tell(f"pod {api['metadata']['name']} scheduled on {', '.join(devices)} while the kubelet is down")
+            return
+        self.remember_cdi(pod)
         self.tell(f"pod {api['metadata']['name']} running with claim(s) on {', '.join(devices)}")
+
+    def remember_cdi(self, pod: PodRecord) -> None:
+        """The CDI IDs the kubelet holds for the pod's prepared claims (kept: they outlive the claim cache)."""
+        from harness.draenv import DRAEnv
+
+        assert isinstance(self.env, DRAEnv)
+        for claim in pod.claims:
+            ids = self.env.prepared_cdi_ids(claim)
+            if ids:
+                pod.cdi_ids[claim["metadata"]["uid"]] = ids
 
     def _delete_pod(self, name: str) -> None:
         pod = self._pod(name)
@@ -479,7 +546,8 @@ def check_function(check_id: str) -> Callable[[Any], None]:
 
 
 def _show(conditions: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in conditions.items())
+    """Conditions as the scenario file wrote them (YAML flow style)."""
+    return yaml.safe_dump(conditions, default_flow_style=True, sort_keys=False, width=1000).strip()[1:-1]
 
 
 def _wipe_sockets(root: Path) -> list[str]:

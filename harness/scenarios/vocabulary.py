@@ -6,7 +6,10 @@ carries the steps out.
 
 Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
-  plugin:  start | stop | kill | restart | crash | rolling-update
+  plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]]
+           (rolling-update: a second instance, its command plus args, registers before the first stops;
+            kill and crash take during: CALL, e.g. Allocate: SIGKILL as the kubelet sends that call; a
+            plugin that answers within microseconds may get its answer out first, then its next call fails)
   pod:     {create: NAME, devices: N} | {delete: NAME}     (a DRA pod gets one claim for N devices)
   device:  {fail|recover|unplug|plug: DEV} | {heat|cool: DEV, to: C} | {ecc: DEV, count: N} | {xid: DEV, code: N}
            | {nvml-init-error: CODE} | {nvml-wait-error: CODE}      (NVML return codes; 0 works again)
@@ -50,6 +53,9 @@ ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "
 KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot")
 CHECKPOINT_FAULTS = ("lost", "corrupt")
 PLUGIN_OPS = ("start", "stop", "kill", "restart", "crash", "rolling-update")
+# The unary calls a kubelet makes to a plugin: `kill`/`crash` `during:` one of them.
+PLUGIN_CALLS = ("GetDevicePluginOptions", "GetPreferredAllocation", "Allocate", "PreStartContainer",
+                "NodePrepareResources", "NodeUnprepareResources")
 DEVICE_OPS = ("fail", "recover", "unplug", "plug", "heat", "cool", "ecc", "xid", "nvml-init-error", "nvml-wait-error")
 DEVICE_VALUE = {"heat": "to", "cool": "to", "ecc": "count", "xid": "code"}  # the op's second key
 NVML_CONTROLS = ("nvml-init-error", "nvml-wait-error")  # the value is the NVML return code (0: works again)
@@ -122,7 +128,20 @@ def _kubelet(arg: Any, options: dict[str, Any], kind: str) -> Problem:
 def _plugin(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if arg not in PLUGIN_OPS:
         return "plugin", f"{arg!r} is not one of {', '.join(PLUGIN_OPS)}"
-    return _no_options(options)
+    if arg in ("kill", "crash"):
+        problem = _no_options(options, ("during",))
+        if problem is None and "during" in options and options["during"] not in PLUGIN_CALLS:
+            return "during", f"a call the kubelet makes to the plugin: {', '.join(PLUGIN_CALLS)}"
+        return problem
+    if arg != "rolling-update":
+        return _no_options(options)
+    problem = _no_options(options, ("args",))
+    if problem:
+        return problem
+    args = options.get("args", [])
+    if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+        return "args", "a list of strings: arguments added to the new instance's command (its new pod spec)"
+    return None
 
 
 def _pod(arg: Any, options: dict[str, Any], kind: str) -> Problem:

@@ -4,6 +4,10 @@ The kubelet opens NodeWatchResources on its one connection to the driver
 and marks a device Unknown when no update came within its health timeout.
 Device names in the stream are the driver's; for subjects wired to the fake
 device backend they equal the backend's device IDs.
+
+DRA-HLT-04 and DRA-HLT-05 are DP-HLT-06 and DP-HLT-07 on the health stream:
+they need the nvml skin's NVML surface, and without it are not exercised
+before the driver starts.
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ from typing import Any
 
 import grpc
 
+from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_UNKNOWN
 from harness.checks import SHOULD, check, expect, not_applicable, not_exercised
 from harness.draenv import DRAEnv
 from harness.timeline import Event
 from suites.dra.common import health_started, registered
 
 HEALTHY, UNHEALTHY = "HEALTHY", "UNHEALTHY"  # dra-health HealthStatus enum
-DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool", "unplug", "plug"))
+DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool", "unplug", "plug", "xid",
+                                                  "nvml_wait_error"))
+NVML_CHECKS = ("DRA-HLT-04", "DRA-HLT-05")  # exercised only through the nvml skin's NVML surface
+SURFACE_CHECKS = {"nvml": NVML_CHECKS}  # skin part -> the checks only it makes possible
 
 
 def health_of(event: Event) -> dict[str, str]:
@@ -131,3 +139,79 @@ def test_new_stream(dra_env: DRAEnv) -> None:
                                      f"{err.details()}") from None
             expect(message is not None, f"a device list on the {attempt} new stream",
                    f"nothing within {env.profile.reaction_s:g}s")
+
+
+def merged_health(env: DRAEnv, upto: Event) -> dict[str, str]:
+    """The kubelet's view of the driver's devices once `upto` arrived (a device it lacks reads Unknown).
+
+    A message may carry only some devices (the kubelet keeps the others as they were, healthinfo.go
+    updateHealthInfo), so one message alone cannot say that no device is HEALTHY. A device whose
+    health timed out reads Unknown, and a stream that ends clears the view (clearDriver).
+    """
+    view: dict[str, str] = {}
+    for e in env.timeline.events(0):
+        if e.t_ns > upto.t_ns:
+            break
+        if e.get("driver") != env.driver:
+            continue
+        if e.kind == "dra.health":
+            view.update(health_of(e))
+        elif e.kind == "dra.health_unknown":
+            view.pop(str(e.get("device")), None)
+        elif e.kind == "dra.health_stream" and e.get("state") == "ended":
+            view.clear()
+    return view
+
+
+def nvml_device(env: DRAEnv) -> tuple[Event, str]:
+    """The first health message and a streamed device, for a driver that watches NVML events."""
+    nvml = env.devices.nvml if env.devices is not None else None
+    if nvml is None:  # before the driver starts: without the surface there is nothing to judge
+        not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
+    first = first_health(env)
+    device = backend_device(env, "health", first)
+    if not nvml.reads("health"):
+        not_exercised(f"the driver watches no NVML events (its NVML calls: {nvml.summary() or 'none'})")
+    return first, device
+
+
+@check("DRA-HLT-04", SHOULD, "application XIDs (13, 31, 43, 45, 68, 109) do not make a device UNHEALTHY in the "
+       "health stream; an XID 79 afterwards does")
+def test_application_xids_are_not_device_failures(dra_env: DRAEnv) -> None:
+    env = dra_env
+    _, device = nvml_device(env)
+    assert env.devices is not None
+    t = env.now()
+    for xid in APPLICATION_XIDS:
+        env.devices.xid(device, xid)
+    # A pod's allocatedResourcesStatus follows this stream: one UNHEALTHY message, however brief, is the bug.
+    down = env.timeline.wait_quiet(
+        lambda e: e.kind == "dra.health" and e.get("driver") == env.driver and health_of(e).get(device) == UNHEALTHY,
+        env.profile.quiet_window_s, t)
+    expect(down is None, f"{device} still {HEALTHY} {env.profile.quiet_window_s:g}s after application XIDs "
+           f"{', '.join(map(str, APPLICATION_XIDS))}", f"{UNHEALTHY} at {env.at(down) if down else ''}")
+    # The control: the driver does act on its events, so the quiet above means something.
+    t = env.now()
+    env.devices.fail(device)
+    wait_health(env, t, f"{device} {UNHEALTHY} after XID 79 (fallen off the bus)",
+                lambda h: h.get(device) == UNHEALTHY)
+
+
+@check("DRA-HLT-05", SHOULD, "when the health source itself fails (nvmlEventSetWait errors), no device stays "
+       "HEALTHY in the health stream")
+def test_a_blind_driver_streams_no_healthy_device(dra_env: DRAEnv) -> None:
+    env = dra_env
+    first, device = nvml_device(env)
+    assert env.devices is not None
+    known = set(health_of(first))
+    t = env.now()
+    env.devices.nvml_wait_error(NVML_ERROR_UNKNOWN)
+    # Judged on the kubelet's merged view: a driver may stream only the devices that changed.
+    env.timeline.wait_for(
+        lambda e: e.kind in ("dra.health", "dra.health_unknown") and e.get("driver") == env.driver
+        and all(merged_health(env, e).get(d) != HEALTHY for d in known),
+        env.profile.reaction_s, f"no device {HEALTHY} once nvmlEventSetWait fails (of {sorted(known)})", t,
+        relevant=("dra.health", "dra.health_stream", "dra.health_unknown", "process.exit", *DEVICE_EVENTS))
+    t = env.now()
+    env.devices.nvml_wait_error(0)
+    wait_health(env, t, f"{device} {HEALTHY} again once the event wait works", lambda h: h.get(device) == HEALTHY)
