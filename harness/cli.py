@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fake (fakelet's kubelet, default) or real (kubelet v1.36 from the Go module proxy; root)")
     play.add_argument("--repeat", type=int, default=1, metavar="N",
                       help=f"run it N times (races): how many of N reproduced it (at most {MAX_REPEAT})")
+    play.add_argument("--reaction-bound", type=float, metavar="SECONDS",
+                      help="waits and expectations without their own `within` use this bound instead of the "
+                           "kubelet's 30 s (for mutants that never react; a reproduction may then differ)")
     play.add_argument("--toleration-seconds", type=int, metavar="N",
                       help="taint-eviction story: the pod tolerates the NoExecute taint for N seconds")
     play.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")

@@ -189,3 +189,17 @@ def test_no_compiler_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(build.NvmlBuildError, match=r"no C compiler .*apt-get install -y gcc"):
         build.library()
+
+
+def test_the_driver_proc_files_follow_the_gpus(gpus: DeviceBackend) -> None:
+    from fake_devices.nvml.surface import PROC_GPUS, nvidia_uuid
+
+    proc = gpus.root / PROC_GPUS
+    first = gpus.devices()[0]
+    info = (proc / first.pci_address / "information").read_text()
+    assert f"GPU UUID: \t {nvidia_uuid(first)}" in info and f"Bus Location: \t {first.pci_address}" in info
+    assert sorted(p.name for p in proc.iterdir()) == sorted(d.pci_address for d in gpus.devices() if d.present)
+    gpus.unplug(first.id)
+    assert not (proc / first.pci_address).exists()
+    gpus.plug(first.id)
+    assert (proc / first.pci_address / "information").is_file()

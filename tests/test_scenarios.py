@@ -47,8 +47,13 @@ def test_the_library_has_ten_reports_each_with_its_link_and_both_sides():
     assert all(NOT_REPRODUCED in {c.verdict for c in s.cases} for s in LIBRARY), "each shows the correct side too"
 
 
+MUTANT_REACTION_BOUND_S = "4"  # as the kill matrix's: a plugin that never reacts is caught in seconds
+
+
 def case_args(name: str, case: Case) -> list[str]:
-    return [name, *(["--subject", case.subject] if case.subject else []),
+    # A reproduction waits its bound out; the correct side is held to the kubelet's own 30 s.
+    bound = ["--reaction-bound", MUTANT_REACTION_BOUND_S] if case.verdict == REPRODUCED and case.node == "fake" else []
+    return [name, *bound, *(["--subject", case.subject] if case.subject else []),
             *(["--defect", case.defect] if case.defect else []),
             *(["--kubelet-version", case.kubelet_version] if case.kubelet_version else []),
             *(["--node", case.node] if case.node != "fake" else [])]
@@ -215,3 +220,31 @@ def test_a_failed_check_writes_a_scenario_that_replays_it(tmp_path):
     code, output, report = scenario_run(tmp_path / "replay", "--file", str(repro))
     assert code == 1 and outcome_of(report) == REPRODUCED, output
     assert "--defect duplicate-ids" in report["checks"][0]["repro"]
+
+
+CHECKPOINT_AND_PODRESOURCES = """\
+title: the checkpoint holds a running pod's devices
+correct: the device manager checkpoints the allocation, and PodResources reports it
+bug: it does not
+kind: device-plugin
+nodes: [fake, real]
+steps:
+  - kubelet: start
+  - plugin: start
+  - wait: {registered: true, allocatable: all}
+  - pod: {create: ck, devices: 2}
+  - expect: {pod: {name: ck, phase: Running}, checkpoint: {pod: ck, devices: 2}, pod_devices: {pod: ck, count: 2}}
+  - pod: {delete: ck}
+  - expect: {checkpoint: {pod: ck, devices: 0}}
+"""
+
+
+@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
+def test_the_operators_view_reads_both_kubelets(tmp_path, node):
+    path = tmp_path / "ck.yaml"
+    path.write_text(CHECKPOINT_AND_PODRESOURCES)
+    code, output, report = scenario_run(tmp_path / "out", "--file", str(path), "--node", node)
+    if outcome_of(report) == INCONCLUSIVE:
+        pytest.skip(report["checks"][0]["detail"].splitlines()[0])
+    assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    assert "device-manager checkpoint: pod ck devices 2" in output and "PodResources: pod ck has devices 2" in output

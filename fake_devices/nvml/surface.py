@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ from fake_devices.model import UNHEALTHY, Device
 from harness.timeline import Timeline
 
 STATE_ENV = "FAKELET_NVML_STATE"  # where libnvml.c finds the state, events and call log
+PROC_GPUS = "proc/driver/nvidia/gpus"  # the NVIDIA kernel module's per-GPU procfs dir
 NVIDIA_MAJOR = 195  # drivers/char: the NVIDIA character device major (nvidiaN, nvidiactl = 255)
 NVIDIACTL_MINOR = 255
 UVM_MAJOR = 511  # nvidia-uvm's major is dynamic on a real host; any fixed one serves a fake
@@ -85,6 +87,8 @@ def nvidia_name(device: Device) -> str:
 class NvmlSurface:
     def __init__(self, root: Path, threshold_c: float = DEFAULT_SHUTDOWN_C) -> None:
         self.dir = Path(root) / "nvml"
+        # The driver's per-GPU proc files, under the same root a plugin gets as its prefix.
+        self.proc_gpus = Path(root) / PROC_GPUS
         self.threshold_c = threshold_c
         self._lock = threading.Lock()
         self._sequence = 0
@@ -141,6 +145,25 @@ class NvmlSurface:
             partial = self.dir / ".state.partial"
             partial.write_text("\n".join(lines) + "\n")
             os.replace(partial, self.dir / "state")
+        self.write_proc(devices)
+
+    def write_proc(self, devices: list[Device]) -> None:
+        """ROOT/proc/driver/nvidia/gpus/<bdf>/information for each present GPU, in the driver's layout
+        (nv-procfs.c: "Model:", "GPU UUID:", "Bus Location:", "Device Minor:"); gone once it is unplugged."""
+        gpus = self.gpus(devices)
+        present = {d.pci_address: (minor, d) for minor, d in enumerate(gpus) if d.present and d.pci_address}
+        self.proc_gpus.mkdir(parents=True, exist_ok=True)
+        for old in self.proc_gpus.iterdir():
+            if old.name not in present:
+                shutil.rmtree(old, ignore_errors=True)
+        for bdf, (minor, d) in present.items():
+            folder = self.proc_gpus / bdf
+            folder.mkdir(exist_ok=True)
+            (folder / "information").write_text(
+                f"Model: \t\t {nvidia_name(d)}\nIRQ:   \t\t 0\nGPU UUID: \t {nvidia_uuid(d)}\n"
+                f"Video BIOS: \t ??.??.??.??.??\nBus Type: \t PCIe\nDMA Size: \t 47 bits\n"
+                f"DMA Mask: \t 0x7fffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {minor}\n"
+                f"GPU Excluded:\t No\n")
 
     def event(self, devices: list[Device], device: Device, event_type: int, data: int) -> None:
         slot = next(n for n, d in enumerate(self.gpus(devices)) if d.id == device.id)

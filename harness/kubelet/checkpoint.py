@@ -2,7 +2,7 @@
 
 The file sits beside kubelet.sock under the upstream name and keeps the
 upstream shape (PodDeviceEntries + RegisteredDevices). Its checksum is our own:
-fakelet never reads a real kubelet's checkpoint.
+fakelet never trusts a real kubelet's checkpoint, and only reads one's contents (scenarios).
 """
 
 from __future__ import annotations
@@ -49,17 +49,20 @@ def write(path: Path, data: CheckpointData) -> None:
     os.replace(tmp, path)
 
 
-def read(path: Path) -> CheckpointData:
-    """Load a checkpoint; a missing file is an empty one, a corrupt one is an error."""
+def read(path: Path, verify: bool = True) -> CheckpointData:
+    """Load a checkpoint; a missing file is an empty one, a corrupt one is an error.
+
+    `verify=False` reads the contents without our checksum: how a scenario looks at a real
+    kubelet's checkpoint (the same shape; its checksum is a hash of Go values, the kubelet's business)."""
     if not path.exists():
         return CheckpointData()
     doc = json.loads(path.read_text())
     payload = doc["Data"]
-    if zlib.crc32(json.dumps(payload, sort_keys=True).encode()) != doc["Checksum"]:
+    if verify and zlib.crc32(json.dumps(payload, sort_keys=True).encode()) != doc["Checksum"]:
         raise ValueError(f"{path}: checkpoint checksum mismatch")
     entries = [
         PodDeviceEntry(e["PodUID"], e["ContainerName"], e["ResourceName"],
                        tuple(i for ids in e["DeviceIDs"].values() for i in ids))
         for e in payload["PodDeviceEntries"]
     ]
-    return CheckpointData(entries, {k: list(v) for k, v in payload["RegisteredDevices"].items()})
+    return CheckpointData(entries, {k: list(v) for k, v in (payload["RegisteredDevices"] or {}).items()})

@@ -234,6 +234,11 @@ class ClusterNode:
         known = self._pods.get(pod)
         return known.name if known is not None else None
 
+    def pod_uid(self, pod: str) -> str | None:
+        """The Pod's UID, as the kubelet's checkpoint names it."""
+        known = self._pods.get(pod)
+        return known.uid if known is not None else None
+
     def _resource(self, resource: str, which: str) -> int | None:
         value = (self._status.get(which) or {}).get(resource)
         return None if value is None else int(value)

@@ -1,0 +1,119 @@
+"""The kubelet's steps of a scenario: start, stop, restart (with or without its sockets, with a lost or
+corrupt checkpoint) and reboot, and the re-admission of running pods a starting kubelet does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.kubelet import checkpoint as dp_checkpoint
+from harness.kubelet import dracheckpoint
+from harness.node import AdmissionError
+from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive
+from harness.scenarios.schema import Step
+from harness.scenarios.state import StageState
+
+CORRUPT_CHECKPOINT = b"{not a checkpoint"  # what a half-written file looks like to the kubelet's JSON decoder
+
+
+class KubeletSteps(StageState):
+    def _do_kubelet(self, step: Step) -> None:
+        op, fault = step.arg, step.options.get("checkpoint")
+        node = self.env.node
+        if op == "stop":
+            node.stop_kubelet()
+            self.tell("kubelet stopped (its sockets stay behind, as a real kubelet's do)")
+            return
+        if op == "reboot":
+            self._reboot(fault)
+            return
+        if op in ("restart", "restart-keep-sockets"):
+            node.stop_kubelet()
+        if fault:
+            self._checkpoint_fault(fault)
+        if op == "restart-keep-sockets":
+            if self.fake is None:
+                raise Inconclusive("a kubelet that keeps the plugin sockets needs the fake kubelet")
+            self.fake.start_kubelet(arm=lambda m: setattr(m, "keep_sockets", True))
+        else:
+            node.start_kubelet()
+        what = {"start": "started", "restart": "restarted (the new instance deleted the plugin sockets)",
+                "restart-keep-sockets": "restarted, keeping the plugin sockets"}[op]
+        self.tell(f"kubelet {what}{f' with its checkpoint {fault}' if fault else ''}")
+        self._readmit()
+        self._admit_pending()
+
+    def _checkpoint_fault(self, fault: str) -> None:
+        paths = [self.env.sandbox.plugin_dir / dp_checkpoint.CHECKPOINT_NAME]
+        if self.is_dra:
+            paths.append(self.env.sandbox.state_dir / dracheckpoint.CHECKPOINT_NAME)
+        for path in paths:
+            if fault == "lost":
+                path.unlink(missing_ok=True)
+            elif path.exists():
+                path.write_bytes(CORRUPT_CHECKPOINT)
+        self.env.timeline.record("fault.checkpoint", "harness", fault=fault, files=[p.name for p in paths])
+
+    def _reboot(self, fault: str | None) -> None:
+        """Power off and on: everything stops, tmpfs paths (/run, /var/run/cdi, every socket) are wiped,
+        /var/lib/kubelet and the plugin's own state stay; the kubelet boots, then the plugin's pod."""
+        env = self.env
+        env.timeline.record("fault.reboot", "harness")
+        env.subject.stop()
+        for instance in self.retired:
+            instance.stop()
+        env.node.stop_kubelet()
+        wiped = _wipe_sockets(env.sandbox.path)
+        if self.is_dra:
+            wiped += _wipe_dir(env.sandbox.cdi_dir)
+        if fault:
+            self._checkpoint_fault(fault)
+        self.tell(f"node rebooted: plugin and kubelet stopped, {len(wiped)} socket(s) and CDI file(s) wiped"
+                  f"{f', the kubelet checkpoint {fault}' if fault else ''}")
+        env.node.start_kubelet()
+        self.tell("kubelet started (boot)")
+        self._readmit()
+        self._admit_pending()
+        env.subject.start()
+        self.tell("plugin started (its DaemonSet pod, after the kubelet)")
+
+    def _readmit(self) -> None:
+        """A starting kubelet admits the pods already bound to its node again (kubelet.go HandlePodAdditions).
+
+        On the fake kubelet the scenario's running pods go through admission again: an allocation
+        the checkpoint holds is reused; one it lost needs the plugin, and without it the pod fails
+        with UnexpectedAdmissionError, as upstream's does. A real kubelet does this on its own."""
+        fake = self.fake
+        if fake is None or self.is_dra or fake.manager is None:
+            return
+        for pod in self.pods.values():
+            if pod.phase != "Running":
+                continue
+            try:
+                fake.admit_pod(pod.key, {self.env.spec.resource: pod.devices})
+            except AdmissionError as err:
+                pod.phase, pod.reason = "Failed", f"{UNEXPECTED_ADMISSION}: {err}"
+                self.tell(f"pod {pod.name} re-admitted by the new kubelet: Failed, {pod.reason}")
+            else:
+                self.tell(f"pod {pod.name} re-admitted by the new kubelet: still Running")
+
+
+def _wipe_sockets(root: Path) -> list[str]:
+    """Every socket under the sandbox: they live on tmpfs or die with their servers at power-off."""
+    wiped = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_socket():
+                path.unlink()
+                wiped.append(str(path))
+        except OSError:
+            continue
+    return wiped
+
+
+def _wipe_dir(directory: Path) -> list[str]:
+    wiped = []
+    for path in sorted(directory.glob("*")):
+        if path.is_file():
+            path.unlink()
+            wiped.append(str(path))
+    return wiped

@@ -1,0 +1,107 @@
+"""The plugin's steps of a scenario: start, stop, kill, restart, crash (also as the kubelet sends a
+named call) and a DaemonSet rolling update."""
+
+from __future__ import annotations
+
+import threading
+
+from harness.interceptors import CallHook, arm_call_hook
+from harness.scenarios.outcomes import Inconclusive, Symptom
+from harness.scenarios.schema import Step
+from harness.scenarios.state import StageState
+from harness.timeline import Event, WaitTimeout
+
+CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
+
+
+class PluginSteps(StageState):
+    def _after_crashes(self) -> None:
+        """Finish the crashes that fired during the last step: the plugin starts again here, on this
+        thread (a child's parent-death signal follows the thread that started it)."""
+        fired, self.crashes = self.crashes, []
+        for thread, restart, method in fired:
+            thread.join(CRASH_JOIN_S)
+            self.tell(f"the plugin was killed as the kubelet sent {method}")
+            if restart:
+                self.env.subject.start()
+                self.tell("plugin started again (its DaemonSet restarts it)")
+
+    def _do_plugin(self, step: Step) -> None:
+        subject, op = self.env.subject, step.arg
+        if op == "start":
+            if self.env.devices is not None and self.env.access is None:
+                self.env.start_subject()
+            else:
+                subject.start()
+            self.tell(f"plugin started{'' if self.env.node.running else ' (no kubelet.sock yet)'}")
+        elif op == "stop":
+            subject.stop()
+            self.tell("plugin stopped (SIGTERM)")
+        elif op in ("kill", "crash") and "during" in step.options:
+            self._arm_crash(step.options["during"], restart=op == "crash")
+        elif op == "kill":
+            subject.kill()
+            self.tell("plugin killed (SIGKILL: no cleanup)")
+        elif op == "restart":
+            subject.restart()
+            self.tell("plugin restarted (SIGTERM, then started again)")
+        elif op == "crash":
+            subject.restart(crash=True)
+            self.tell("plugin crashed (SIGKILL) and was started again")
+        else:
+            self._rolling_update(list(step.options.get("args", [])))
+
+    def _arm_crash(self, method: str, restart: bool) -> None:
+        """SIGKILL the plugin as the kubelet sends its next `method` call (and start it again for a crash):
+        the call fails as it does when a plugin dies in mid-call. Whether the plugin had read the request
+        by then is not known; the kubelet cannot tell either."""
+        subject = self.env.subject
+
+        def crash() -> None:
+            self.env.timeline.record("fault.crash_during", "harness", method=method, restart=restart)
+            subject.kill()
+
+        def fire() -> None:
+            # Off the calling thread: the kubelet's call goes out while the plugin dies.
+            thread = threading.Thread(target=crash, name=f"crash-during-{method}", daemon=True)
+            self.crashes.append((thread, restart, method))
+            thread.start()
+
+        arm_call_hook(self.env.timeline, CallHook(method, fire))
+        self.tell(f"armed: the plugin is killed{' and started again' if restart else ''} as the kubelet "
+                  f"sends its next {method}")
+
+    def _rolling_update(self, args: list[str]) -> None:
+        """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while
+        the old one still serves; then the old one gets SIGTERM."""
+        env, old = self.env, self.env.subject
+        twin = getattr(old, "twin", None)
+        if twin is None:
+            raise Inconclusive(f"a rolling update needs a second instance; the {type(old).__name__} has none")
+        since = env.now()
+        new = twin()
+        new.argv = [*new.argv, *args]
+        new.start()
+        self.tell(f"rolling update: a second plugin instance started beside the first"
+                  f"{' with ' + ' '.join(args) if args else ''}")
+        try:
+            self._wait_registration(since, "the new instance's registration")
+        except WaitTimeout as err:
+            new.stop()
+            raise Symptom(str(err)) from None
+        self.tell("rolling update: the new instance registered")
+        old.stop()
+        env.subject = new
+        self.retired.append(old)
+        self.tell("rolling update: the old instance stopped (SIGTERM)")
+
+    def _wait_registration(self, since: int, awaiting: str) -> Event:
+        if self.is_dra:
+            return self.env.wait_dra_registered(since)  # type: ignore[attr-defined]
+        if self.fake is None:
+            # A real kubelet says so in its log (harness/realnode/localnode.py LOG_EVENTS).
+            resource = self.env.spec.resource
+            return self.env.timeline.wait_for(
+                lambda e: e.kind == "kubelet.connected" and e.get("resource") == resource,
+                self.env.profile.reaction_s, awaiting, since, relevant=("kubelet.connected", "kubelet.exit"))
+        return self.env.wait_registered(since)

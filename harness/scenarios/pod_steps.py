@@ -1,0 +1,100 @@
+"""The pods of a scenario: created with N devices (a DRA pod: one claim for N devices), deleted,
+bound while the kubelet is down and admitted when it starts."""
+
+from __future__ import annotations
+
+from harness.node import AdmissionError
+from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive, PodRecord
+from harness.scenarios.schema import Step
+from harness.scenarios.state import StageState
+from harness.timeline import WaitTimeout
+
+
+class PodSteps(StageState):
+    def _do_pod(self, step: Step) -> None:
+        arg = step.arg
+        if "delete" in arg:
+            self._delete_pod(arg["delete"])
+            return
+        name, count = arg["create"], arg.get("devices", 1)
+        if name in self.pods:
+            raise Inconclusive(f"pod {name} exists already in this scenario")
+        if self.is_dra:
+            self._create_dra_pod(name, count)
+            return
+        pod = self.pods[name] = PodRecord(name, f"{name}-{self.env.seed}", count)
+        if not self.env.node.running:
+            self.tell(f"pod {name} ({count} {self.env.spec.resource}) bound while the kubelet is down: pending")
+            pod.phase = "Admit"  # admitted when a kubelet starts
+            return
+        self._admit(pod)
+
+    def _admit(self, pod: PodRecord) -> None:
+        try:
+            given = self.env.node.admit_pod(pod.key, {self.env.spec.resource: pod.devices})
+            self.env.node.start_pod(pod.key)
+        except AdmissionError as err:
+            pod.phase, pod.reason = "Failed", f"{UNEXPECTED_ADMISSION}: {err}"
+            self.tell(f"pod {pod.name}: Failed, {pod.reason}")
+            return
+        pod.phase = "Running"
+        devices = [d for a in given for d in a.device_ids]
+        self.tell(f"pod {pod.name} running with {', '.join(devices) or 'no devices'}")
+
+    def _create_dra_pod(self, name: str, count: int) -> None:
+        from harness.controlplane.scheduler import PodClaim
+        from harness.draenv import DRAEnv
+
+        env = self.env
+        assert isinstance(env, DRAEnv)
+        running = env.node.running
+        try:
+            api, claims = env.run_pod([PodClaim("gpu", count)], name, wait=running)
+        except (AssertionError, WaitTimeout) as err:
+            self.pods[name] = PodRecord(name, "", count, "Failed", str(err).splitlines()[0])
+            self.tell(f"pod {name}: did not run: {str(err).splitlines()[0]}")
+            return
+        pod = PodRecord(name, api["metadata"]["uid"], count, "Running" if running else "Pending", api=api,
+                        claims=claims)
+        self.pods[name] = pod
+        devices = [d for c in claims for _, d in env.allocated_devices(c, env.driver)]
+        if not running:
+            self.tell(f"pod {api['metadata']['name']} scheduled on {', '.join(devices)} while the kubelet is down")
+            return
+        self.remember_cdi(pod)
+        self.tell(f"pod {api['metadata']['name']} running with claim(s) on {', '.join(devices)}")
+
+    def remember_cdi(self, pod: PodRecord) -> None:
+        """The CDI IDs the kubelet holds for the pod's prepared claims (kept: they outlive the claim cache)."""
+        from harness.draenv import DRAEnv
+
+        assert isinstance(self.env, DRAEnv)
+        for claim in pod.claims:
+            ids = self.env.prepared_cdi_ids(claim)
+            if ids:
+                pod.cdi_ids[claim["metadata"]["uid"]] = ids
+
+    def _delete_pod(self, name: str) -> None:
+        pod = self._pod(name)
+        if self.is_dra:
+            from harness.draenv import DRAEnv
+
+            assert isinstance(self.env, DRAEnv) and pod.api is not None
+            since = self.env.now()
+            self.env.delete_pod(pod.api)
+            self.env.wait_pod("pod.deleted", pod.api, since, f"the kubelet to finish pod {name}'s deletion",
+                              self.env.profile.reaction_s + self.env.profile.dra_call_timeout_s)
+        else:
+            self.env.node.delete_pod(pod.key)
+        pod.phase = "Deleted"
+        self.tell(f"pod {name} deleted")
+
+    def _pod(self, name: str) -> PodRecord:
+        if name not in self.pods:
+            raise Inconclusive(f"no pod {name} in this scenario (create it first)")
+        return self.pods[name]
+
+    def _admit_pending(self) -> None:
+        for pod in self.pods.values():
+            if pod.phase == "Admit" and self.env.node.running:
+                self._admit(pod)
