@@ -29,13 +29,13 @@ DEV is an inventory device ID, `@N` (the subject's N-th inventory device) or `@p
 Conditions (all given must hold):
   registered: true                 the plugin registered with the running kubelet
   capacity / allocatable: COUNT    COUNT = N | all | healthy | {equals|at_least|at_most: N | all | healthy}
-  pod: {name: NAME, phase: Running | Failed | Pending | Deleted, reason: TEXT}
+  pod: {name: NAME, phase: Running | Failed | Pending | Terminating | Deleted, reason: TEXT}
   pod_devices: {pod: NAME, count: COUNT}      what the PodResources API answers for the pod
   resources_status: {pod: NAME, health: Healthy | Unhealthy | Unknown}   the pod's allocatedResourcesStatus
-  calls: {method: NAME, count: COUNT}          kubelet -> plugin calls since the scenario began
+  calls: {method: NAME, count: COUNT}          kubelet -> plugin calls since the scenario began (fake kubelet)
   checkpoint: {pod: NAME, devices: COUNT} | {claims: COUNT, devices: COUNT}   the kubelet's checkpoint (DP, DRA)
   cdi: {pod: NAME, present: true | false}      the CDI spec files of the pod's claims
-  dialed: {socket: NAME, count: COUNT}         how often the kubelet dialed that socket
+  dialed: {socket: NAME, count: COUNT}         how often the kubelet dialed that socket (fake kubelet)
   slices: {devices: COUNT}                     the driver's published devices
   not: CONDITIONS                              holds when those do not all hold
 """
@@ -63,7 +63,7 @@ SCRIPTS = {"flap": ("period", "cycles"), "ramp": ("from", "to", "step", "period"
            "ecc-burst": ("count", "period")}
 TAINT_EFFECTS = ("NoExecute", "NoSchedule")
 STORIES = ("taint-eviction",)
-PHASES = ("Running", "Failed", "Pending", "Deleted")
+PHASES = ("Running", "Failed", "Pending", "Terminating", "Deleted")
 HEALTH = ("Healthy", "Unhealthy", "Unknown")
 CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "resources_status", "calls",
               "checkpoint", "cdi", "dialed", "slices", "not")
