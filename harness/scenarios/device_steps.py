@@ -9,7 +9,7 @@ from fake_devices.scripts import ecc_burst, flap, run_script, temperature_ramp, 
 from harness.scenarios.outcomes import Inconclusive
 from harness.scenarios.schema import Step
 from harness.scenarios.state import StageState
-from harness.scenarios.vocabulary import duration_s
+from harness.scenarios.vocabulary import DEVICE_OPS, SCRIPTS, chosen, duration_s
 
 
 class DeviceSteps(StageState):
@@ -53,7 +53,7 @@ class DeviceSteps(StageState):
     def _do_device(self, step: Step) -> None:
         arg = dict(step.arg)
         backend = self._backend()
-        op = next(k for k in arg if k not in ("to", "count", "code"))
+        op = chosen(arg, DEVICE_OPS)
         if op in ("nvml-init-error", "nvml-wait-error"):
             code = int(arg[op])
             try:
@@ -72,7 +72,7 @@ class DeviceSteps(StageState):
 
     def _do_script(self, step: Step) -> None:
         arg = step.arg
-        name = next(k for k in arg if k in ("flap", "ramp", "unplug-replug", "ecc-burst"))
+        name = chosen(arg, SCRIPTS)
         device = self.device(arg[name])
         if name == "flap":
             steps = flap(device, duration_s(arg["period"]) or 0, arg["cycles"])

@@ -14,6 +14,7 @@ inconclusive a skip with its reason; the outcome itself is in the report's
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import shutil
 import time
@@ -154,8 +155,7 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
         stage.tell(f"scenario {scenario.name}: {scenario.title}")
         for step in scenario.steps:
             if toleration_s is not None and step.action == "story":
-                step = type(step)(step.action, step.arg, {**step.options, "toleration_seconds": toleration_s},
-                                  step.where, step.index)
+                step = dataclasses.replace(step, options={**step.options, "toleration_seconds": toleration_s})
             stage.run(step)
         outcome = Outcome(NOT_REPRODUCED, "every expectation held", stage.lines)
     except Symptom as err:
@@ -178,7 +178,7 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
             stage.close()
         if env is not None:
             env.close()
-            report.facts.update({k: v for k, v in env.facts.items()})
+            report.facts.update(env.facts)
             report.findings += [f for f in env.findings if f not in report.findings]
             report.cleanup += env.cleanup
             if isinstance(env, DRAEnv):

@@ -48,8 +48,12 @@ class Step:
 
     def describe(self) -> str:
         """The step as its file wrote it, on one line."""
-        return yaml.safe_dump({self.action: self.arg, **self.options}, default_flow_style=True, sort_keys=False,
-                              width=1000).strip()[1:-1]
+        return flow({self.action: self.arg, **self.options})
+
+
+def flow(mapping: dict[str, Any]) -> str:
+    """A mapping as a scenario file writes it, on one line (YAML flow style, outer braces dropped)."""
+    return yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False, width=1000).strip()[1:-1]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from harness.env import DPEnv
 from harness.interceptors import disarm_call_hooks
 from harness.node import FakeNode
@@ -25,7 +23,7 @@ from harness.scenarios.kubelet_steps import KubeletSteps
 from harness.scenarios.outcomes import Inconclusive, PodRecord, Symptom
 from harness.scenarios.plugin_steps import CRASH_JOIN_S, PluginSteps
 from harness.scenarios.pod_steps import PodSteps
-from harness.scenarios.schema import Step
+from harness.scenarios.schema import Step, flow
 from harness.scenarios.vocabulary import duration_s
 from harness.timeline import WaitTimeout
 
@@ -108,8 +106,8 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         within = duration_s(step.options.get("within")) or self.env.profile.reaction_s
         ok, seen = Conditions(self).wait(step.arg, within)
         if not ok:
-            raise Inconclusive(f"precondition never held within {within:g}s: {_show(step.arg)}; saw {seen}")
-        self.tell(f"ok: {_show(step.arg)} ({seen})")
+            raise Inconclusive(f"precondition never held within {within:g}s: {flow(step.arg)}; saw {seen}")
+        self.tell(f"ok: {flow(step.arg)} ({seen})")
 
     def _do_expect(self, step: Step) -> None:
         from harness.scenarios.conditions import Conditions
@@ -119,14 +117,14 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
             span = duration_s(step.options["throughout"]) or 0.0
             ok, seen = conditions.throughout(step.arg, span)
             if not ok:
-                raise Symptom(f"expected {_show(step.arg)} throughout {span:g}s; saw {seen}")
-            self.tell(f"held for {span:g}s: {_show(step.arg)} ({seen})")
+                raise Symptom(f"expected {flow(step.arg)} throughout {span:g}s; saw {seen}")
+            self.tell(f"held for {span:g}s: {flow(step.arg)} ({seen})")
             return
         within = duration_s(step.options.get("within")) or self.env.profile.reaction_s
         ok, seen = conditions.wait(step.arg, within)
         if not ok:
-            raise Symptom(f"expected {_show(step.arg)} within {within:g}s; saw {seen}")
-        self.tell(f"as expected: {_show(step.arg)} ({seen})")
+            raise Symptom(f"expected {flow(step.arg)} within {within:g}s; saw {seen}")
+        self.tell(f"as expected: {flow(step.arg)} ({seen})")
 
 
 def check_function(check_id: str) -> Callable[[Any], None]:
@@ -143,6 +141,4 @@ def check_function(check_id: str) -> Callable[[Any], None]:
     raise Inconclusive(f"no function for check {check_id}")
 
 
-def _show(conditions: dict[str, Any]) -> str:
-    """Conditions as the scenario file wrote them (YAML flow style)."""
-    return yaml.safe_dump(conditions, default_flow_style=True, sort_keys=False, width=1000).strip()[1:-1]
+

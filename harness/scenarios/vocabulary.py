@@ -83,7 +83,7 @@ def duration_s(value: Any) -> float | None:
     """Seconds from 5, 2.5, "5s", "500ms", "1m"; None when it is not a duration in range."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if _number(value):
         seconds = float(value)
     elif isinstance(value, str) and (m := DURATION.fullmatch(value.strip())):
         seconds = float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
@@ -161,7 +161,7 @@ def _pod(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if extra:
         return f"pod.{extra[0]}", f"unknown key; known: {', '.join(sorted(allowed))}"
     count = arg.get(count_key, 1)
-    if "create" in arg and not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= 64):
+    if "create" in arg and not (_whole(count) and 0 <= count <= 64):
         return f"pod.{count_key}", "a number from 0 to 64"
     return None
 
@@ -170,33 +170,54 @@ def _device_ref(value: Any) -> bool:
     return isinstance(value, str) and bool(DEVICE_REF.fullmatch(value))
 
 
+def _whole(value: Any) -> bool:
+    """An int that is not a bool (YAML's true is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def chosen(arg: dict[str, Any], choices: Any) -> str:
+    """The one key of a well-formed device or script step that names its op (the stage uses it too)."""
+    return next(k for k in arg if k in choices)
+
+
+def _one_of(action: str, arg: Any, choices: Any, example: str, listing: str) -> tuple[str, Problem]:
+    """(the op a device or script mapping names, or the problem when it names not exactly one)."""
+    if not isinstance(arg, dict):
+        return "", (action, f"a mapping like {example}; {listing}: {', '.join(choices)}")
+    ops = [k for k in arg if k in choices]
+    if len(ops) != 1:
+        return "", (action, f"exactly one of {', '.join(choices)}")
+    if ops[0] not in NVML_CONTROLS and not _device_ref(arg[ops[0]]):
+        return "", (f"{action}.{ops[0]}", "an inventory device ID, '@N' or '@pod:NAME'")
+    return ops[0], None
+
+
 def _device(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     problem = _no_options(options)
     if problem:
         return problem
-    if not isinstance(arg, dict):
-        return "device", f"a mapping like {{fail: gpu-0}} or {{heat: '@0', to: 95}}; ops: {', '.join(DEVICE_OPS)}"
-    ops = [k for k in arg if k in DEVICE_OPS]
-    if len(ops) != 1:
-        return "device", f"exactly one of {', '.join(DEVICE_OPS)}"
-    op = ops[0]
+    op, problem = _one_of("device", arg, DEVICE_OPS, "{fail: gpu-0} or {heat: '@0', to: 95}", "ops")
+    if problem:
+        return problem
     if op in NVML_CONTROLS:
         code = arg[op]
-        if set(arg) != {op} or not (isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 999):
+        if set(arg) != {op} or not (_whole(code) and 0 <= code <= 999):
             return f"device.{op}", "an NVML return code (999: unknown error; 0: works again)"
         return None
-    if not _device_ref(arg[op]):
-        return f"device.{op}", "an inventory device ID, '@N' or '@pod:NAME'"
     value_key = DEVICE_VALUE.get(op)
     extra = sorted(set(arg) - {op, *([value_key] if value_key else [])})
     if extra:
         return f"device.{extra[0]}", f"unknown key for {op}"
     if op in ("heat", "cool"):
-        if not (isinstance(arg.get("to"), int | float) and not isinstance(arg.get("to"), bool)):
+        if not _number(arg.get("to")):
             return "device.to", f"{op} needs to: a temperature in degrees C"
     elif value_key and value_key in arg:
         value = arg[value_key]
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        if not (_whole(value) and value >= 1):
             return f"device.{value_key}", "a positive whole number"
     elif op == "xid":
         return "device.code", "xid needs code: the XID number"
@@ -207,14 +228,9 @@ def _script(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     problem = _no_options(options)
     if problem:
         return problem
-    if not isinstance(arg, dict):
-        return "script", f"a mapping like {{flap: gpu-0, period: 0.5, cycles: 3}}; scripts: {', '.join(SCRIPTS)}"
-    names = [k for k in arg if k in SCRIPTS]
-    if len(names) != 1:
-        return "script", f"exactly one of {', '.join(SCRIPTS)}"
-    name = names[0]
-    if not _device_ref(arg[name]):
-        return f"script.{name}", "an inventory device ID, '@N' or '@pod:NAME'"
+    name, problem = _one_of("script", arg, SCRIPTS, "{flap: gpu-0, period: 0.5, cycles: 3}", "scripts")
+    if problem:
+        return problem
     needed = SCRIPTS[name]
     extra = sorted(set(arg) - {name, *needed})
     if extra:
@@ -222,12 +238,12 @@ def _script(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     for key in needed:
         value = arg.get(key)
         if key in ("cycles", "count"):
-            if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1000):
+            if not (_whole(value) and 1 <= value <= 1000):
                 return f"script.{key}", "a whole number from 1 to 1000"
         elif key in ("period", "down"):
             if duration_s(value) is None or duration_s(value) == 0:
                 return f"script.{key}", "a positive duration (seconds, or '500ms')"
-        elif not (isinstance(value, int | float) and not isinstance(value, bool)):
+        elif not _number(value):
             return f"script.{key}", "a temperature in degrees C"
     return None
 
@@ -284,7 +300,7 @@ def _story(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if problem:
         return problem
     value = options.get("toleration_seconds", 0)
-    if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3600):
+    if not (_whole(value) and 0 <= value <= 3600):
         return "toleration_seconds", "a whole number of seconds from 0 to 3600"
     return None
 
@@ -312,7 +328,7 @@ def count_ok(value: Any) -> bool:
     """N, all, healthy, or {equals|at_least|at_most: one of those}."""
     if isinstance(value, dict):
         return len(value) == 1 and next(iter(value)) in COMPARISONS and count_ok(next(iter(value.values())))
-    return value in COUNT_WORDS or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+    return value in COUNT_WORDS or (_whole(value) and value >= 0)
 
 
 def _conditions(arg: Any, kind: str) -> Problem:
