@@ -645,6 +645,18 @@ def test_health_stream_is_retried_after_the_plugin_ends_it(make_node: Callable[.
     assert PROFILE.dra_health_retry_s <= gap < PROFILE.dra_health_retry_s + 1.0
 
 
+def test_health_stream_opens_after_the_registration_is_recorded(make_node: Callable[..., FakeNode],
+                                                                make_plugin: Callable[..., DRAPlugin],
+                                                                timeline: Timeline) -> None:
+    # Checks look for the first health message from the registration on: a driver that sends
+    # its list once, at once, must not have it land before the registration it follows.
+    make_node()
+    make_plugin()
+    reg = registered(timeline)
+    opened = timeline.wait_for(of("dra.health_stream", driver=DRIVER, state="open"), WAIT_S, "a health stream")
+    assert opened.t_ns > reg.t_ns
+
+
 def test_health_unimplemented(make_node: Callable[..., FakeNode], make_plugin: Callable[..., DRAPlugin],
                               timeline: Timeline) -> None:
     node = make_node("1.37")

@@ -242,7 +242,7 @@ class HealthStream:
             call = self._call
         if call is not None:
             call.cancel()
-        if threading.current_thread() is not self._thread:
+        if threading.current_thread() is not self._thread and self._thread.is_alive():
             self._thread.join(2)
 
     def _run(self) -> None:

@@ -373,12 +373,15 @@ class DRAManager:
         if health is not None and self.health_cache is not None:
             conn.health = HealthStream(name, conn.channel, health, self.health_cache, self.timeline,
                                        self.profile.dra_health_retry_s, self.version.health_stop_on_unimplemented)
-            conn.health.start()
         # conn.Connect() plus the stats handler: follow the connection so usability is known.
         conn.raw.subscribe(lambda state, c=conn: self._on_connectivity(c, state), try_to_connect=True)
         self.timeline.record("dra.registered", "kubelet", driver=name, endpoint=endpoint, versions=list(versions),
                              service_version=conn.service_version, health_version=conn.health_version,
                              replaced=[p.endpoint for p in replaced], plugins=len(self._store.get(name, [])))
+        # Streamed only once the registration is on the timeline: checks look for the first health
+        # message from the registration on, and a driver that sends it once only must not be missed.
+        if conn.health is not None:
+            conn.health.start()
         self._sync(name)
         return None
 
