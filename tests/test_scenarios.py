@@ -139,6 +139,9 @@ def test_a_crash_during_a_call_fails_that_pod_and_the_plugin_comes_back(tmp_path
     assert "killed and started again as the kubelet sends its next Allocate" in output
     timeline = json.loads(next((tmp_path / "out").rglob("timeline.json")).read_text())
     assert [e["data"]["method"] for e in timeline if e["kind"] == "fault.crash_during"] == ["Allocate"]
+    # Killed before the request went out: the first Allocate never gets the plugin's answer.
+    allocates = [e["data"] for e in timeline if e["kind"] == "grpc.call" and e["data"].get("method") == "Allocate"]
+    assert allocates and allocates[0]["outcome"] != "OK", allocates[:1]
 
 
 POD_WHILE_KUBELET_DOWN = """\
@@ -177,6 +180,8 @@ def test_a_dra_pod_bound_while_the_kubelet_is_down_runs_when_it_starts(tmp_path)
      "x.yaml:10: steps[3].checkpoint"),
     (WRITTEN_BY_HAND.replace("  - kubelet: stop", "  - kubelet: stop\n    plugin: stop"), "x.yaml:9: steps[3]"),
     (WRITTEN_BY_HAND.replace("within: 30s", "within: 30 parsecs"), "x.yaml:13: steps[6].within"),
+    # A field the step lacks is placed at its step's line.
+    (WRITTEN_BY_HAND.replace("  - hold: 500ms", "  - device: {heat: '@0'}"), "x.yaml:10: steps[4].device.to"),
     (WRITTEN_BY_HAND.replace("kind: device-plugin", "kind: device-plugin\nsoup: 1"), "x.yaml:5: soup"),
     (WRITTEN_BY_HAND.replace("  - expect: {registered: true, allocatable: all}\n    within: 30s\n", ""),
      "x.yaml:5: steps"),

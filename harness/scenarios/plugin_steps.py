@@ -3,6 +3,7 @@ named call) and a DaemonSet rolling update."""
 
 from __future__ import annotations
 
+import signal
 import threading
 
 from harness.interceptors import CallHook, arm_call_hook
@@ -53,17 +54,16 @@ class PluginSteps(StageState):
 
     def _arm_crash(self, method: str, restart: bool) -> None:
         """SIGKILL the plugin as the kubelet sends its next `method` call (and start it again for a crash):
-        the call fails as it does when a plugin dies in mid-call. Whether the plugin had read the request
-        by then is not known; the kubelet cannot tell either."""
+        the call fails as it does when a plugin dies in mid-call, never with the plugin's answer. Whether
+        the plugin had read the request by then is not known; the kubelet cannot tell either."""
         subject = self.env.subject
 
-        def crash() -> None:
-            self.env.timeline.record("fault.crash_during", "harness", method=method, restart=restart)
-            subject.kill()
-
         def fire() -> None:
-            # Off the calling thread: the kubelet's call goes out while the plugin dies.
-            thread = threading.Thread(target=crash, name=f"crash-during-{method}", daemon=True)
+            # The signal goes before the request does, so even a plugin that answers in microseconds
+            # cannot; the kill's wait and reaping run beside the call, which fails as the plugin dies.
+            self.env.timeline.record("fault.crash_during", "harness", method=method, restart=restart)
+            subject.signal(signal.SIGKILL)
+            thread = threading.Thread(target=subject.kill, name=f"crash-during-{method}", daemon=True)
             self.crashes.append((thread, restart, method))
             thread.start()
 

@@ -111,7 +111,7 @@ def from_doc(doc: YamlDoc, path: Path) -> Scenario:
     source = str(path)
 
     def where(field_path: str) -> str:
-        line = doc.lines.get(field_path)
+        line = _line_of(doc.lines, field_path)
         return f"{source}:{line}: {field_path}" if line else f"{source}: {field_path}"
 
     for key, line in doc.duplicates:
@@ -148,6 +148,17 @@ def from_doc(doc: YamlDoc, path: Path) -> Scenario:
                     nodes=nodes, affected=affected,
                     fixed=fixed, cases=cases, notes=" ".join(str(data.get("notes", "")).split()), source=source,
                     lines=dict(doc.lines))
+
+
+def _line_of(lines: dict[str, int], field_path: str) -> int | None:
+    """The line of `field_path`, or of the nearest field holding it: a field the file lacks has no
+    line of its own, and its step's line is where the writer goes to add it."""
+    path = field_path
+    while path:
+        if path in lines:
+            return lines[path]
+        path = re.sub(r"(\.[^.\[\]]*|\[\d+\])$", "", path) if re.search(r"[.\[]", path) else ""
+    return None
 
 
 def _nodes(value: Any, where: Any) -> tuple[str, ...]:
