@@ -27,6 +27,7 @@ from harness.controlplane.scheduler import PodClaim, Scheduler, pod_body
 from harness.controlplane.taints import TaintRules, describe_taint
 from harness.draprobe import DRAProbe
 from harness.env import DPEnv, SubjectUnavailable
+from harness.kubelet import dracheckpoint
 from harness.kubelet.dramanager import DRAError
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
@@ -105,7 +106,7 @@ class DRAEnv(DPEnv):
             d.mkdir(parents=True, exist_ok=True)
         if self.real_node is not None:
             return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
-                             self.real_node.client, node_name=self.node_name)
+                             self.real_node.client, node_name=self.node_name, release=self.kubelet_version.name)
         api = NodeApi(self.client, self.node_name) if self.client is not None else None
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
                         registry_dir=self.sandbox.registry_dir, kubelet_version=self.kubelet_version,
@@ -406,10 +407,33 @@ class DRAEnv(DPEnv):
             raise AssertionError(f"expected the kubelet to prepare pod {pod['name']}'s claims; saw: {err}") from None
 
     def prepared_cdi_ids(self, claim: dict[str, Any]) -> list[str]:
-        """The CDI IDs the kubelet's claim cache holds for `claim` ([] when it is not prepared)."""
+        """The CDI IDs the kubelet holds for `claim` ([] when it is not prepared): the fake kubelet's claim
+        cache, or what a real kubelet wrote of it to its checkpoint."""
+        if not isinstance(self.node, FakeNode):
+            uid = claim["metadata"]["uid"]
+            return [i for c in self.kubelet_claims() if c.uid == uid for d in c.drivers.get(self.driver, [])
+                    for i in d.cdi_ids]
         prepared = self.node.dra.claims() if self.node.dra is not None else {}
         key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
         return prepared[key].cdi_ids if key in prepared else []
+
+    def dra_checkpoint(self) -> Path:
+        """The kubelet's DRA checkpoint file: in the fake kubelet's state dir, or in a real node's private
+        /var/lib/kubelet (AssertionError when this node's cannot be reached from here)."""
+        if isinstance(self.node, FakeNode):
+            return self.sandbox.state_dir / dracheckpoint.CHECKPOINT_NAME
+        path = self.node.kubelet_file(dracheckpoint.CHECKPOINT_NAME)
+        if path is None:
+            raise AssertionError("this node's kubelet checkpoint cannot be read from here")
+        return path
+
+    def kubelet_claims(self) -> list[dracheckpoint.ClaimInfoState]:
+        """The claims in the kubelet's DRA checkpoint, read without creating it ([] while there is none)."""
+        path = self.dra_checkpoint()
+        try:
+            return dracheckpoint.decode(path.read_bytes(), path)
+        except FileNotFoundError:
+            return []
 
     @staticmethod
     def claim_ref(claim: dict[str, Any]) -> tuple[str, str, str]:

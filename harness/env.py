@@ -406,15 +406,20 @@ class DPEnv:
                f"{answer.get('error')} at {self.at(answer)}")
         return answer
 
-    def wait_registered(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
-        """A Register the kubelet accepted, for the subject's resource."""
+    def wait_registered(self, since_ns: int = 0, timeout_s: float | None = None,
+                        instance: int | None = None) -> Event:
+        """A Register the kubelet accepted, for the subject's resource; with `instance`, one that kubelet
+        instance accepted (a late Register the previous instance accepted just before it stopped is legal,
+        and is not the re-registration a restart asks for)."""
         def permanent(e: Event) -> bool:
             return self._exit_abort(e) or (
                 e.kind == "kubelet.register" and not e.get("accepted")
                 and any(p in e.get("error", "") for p in PERMANENT_REJECTIONS))
+        which = f" with kubelet instance {instance}" if instance is not None else ""
         reg = self.timeline.wait_for(
-            lambda e: e.kind == "kubelet.register" and bool(e.get("accepted")),
-            timeout_s or self.profile.reaction_s, f"an accepted registration of {self.spec.resource}",
+            lambda e: e.kind == "kubelet.register" and bool(e.get("accepted"))
+            and (instance is None or e.get("instance") == instance),
+            timeout_s or self.profile.reaction_s, f"an accepted registration of {self.spec.resource}{which}",
             since_ns, abort=permanent, relevant=REGISTRATION_KINDS)
         if since_ns:
             self.timed(reg, since_ns, "registered")
@@ -431,8 +436,8 @@ class DPEnv:
             self.timed(listing.event, since or reg.t_ns, "the device list settled")
         return listing
 
-    def registered_and_listed(self, since_ns: int = 0) -> tuple[Event, Listing]:
-        reg = self.wait_registered(since_ns)
+    def registered_and_listed(self, since_ns: int = 0, instance: int | None = None) -> tuple[Event, Listing]:
+        reg = self.wait_registered(since_ns, instance=instance)
         return reg, self.settled(reg)
 
     def need_devices(self, listing: Listing, count: int = 1, healthy: bool = True) -> list[str]:

@@ -29,6 +29,7 @@ from harness import gobuild
 from harness.containers import engine, images
 from harness.controlplane.client import KubeClient
 from harness.kind import manifests
+from harness.realnode.cluster import NotOnRealKubelet
 from harness.reaper import PREFIX, claim
 from harness.subjects import repo_root
 from harness.timeline import Timeline
@@ -230,6 +231,13 @@ class KindShell:
             return self.exec("journalctl", "-u", "kubelet", "-n", str(lines), "--no-pager")
         except KindUnavailable as err:
             return str(err)
+
+    def kubelet_file(self, name: str) -> Path | None:
+        """Inside the node's container: not a path fakelet can read."""
+        return None
+
+    def power_off_pods(self) -> int:
+        raise NotOnRealKubelet("a power cut of a kind node's pods is not modelled: the cluster is shared")
 
     def close(self) -> None:
         """The node is the cluster's: it outlives one check."""

@@ -59,6 +59,8 @@ class NodeShell(Protocol):
     def stop_kubelet(self, remove_socket: bool = False) -> None: ...
     def container_spec(self, container_id: str) -> dict[str, Any]: ...
     def kubelet_log_tail(self, lines: int = 15) -> str: ...
+    def kubelet_file(self, name: str) -> Path | None: ...  # the node's /var/lib/kubelet/<name>, as fakelet reaches it
+    def power_off_pods(self) -> int: ...  # kill every pod's containers as a power cut does; how many
     def close(self) -> None: ...
 
 
@@ -169,6 +171,14 @@ class ClusterNode:
 
     def kubelet_log_tail(self, lines: int = 15) -> str:
         return self.shell.kubelet_log_tail(lines)
+
+    def kubelet_file(self, name: str) -> Path | None:
+        """The kubelet's own state file `name` (its checkpoints), where fakelet can read it; None if it cannot."""
+        return self.shell.kubelet_file(name)
+
+    def power_off_pods(self) -> int:
+        """Every pod's containers gone, as after a power cut: a kubelet that starts next re-creates them."""
+        return self.shell.power_off_pods()
 
     # -- what the API server shows ----------------------------------------------------------
 

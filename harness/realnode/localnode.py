@@ -266,6 +266,28 @@ class LocalShell:
         if left:
             self.timeline.record("node.cleanup_failed", "node", cgroups=left)
 
+    def kubelet_file(self, name: str) -> Path | None:
+        """The private /var/lib/kubelet/<name> through the namespace's PID 1 (its /proc root sees the
+        namespace's mounts): the kubelet's checkpoints that are not in a directory bound to the sandbox."""
+        if self.namespace is None or self.namespace.init_pid is None:
+            return None
+        return Path(f"/proc/{self.namespace.init_pid}/root{HOST_KUBELET_ROOT}") / name
+
+    def power_off_pods(self) -> int:
+        """Every container task of every pod killed and deleted, as a power cut leaves them: containerd keeps
+        its records (they are on disk), so the kubelet that starts next finds dead sandboxes and makes new ones."""
+        if self.containerd is None:
+            return 0
+        tasks = self._ctr(["-n", "k8s.io", "tasks", "ls", "-q"]).stdout.split()
+        for task in tasks:
+            # delete --force kills the task's processes and returns once they are gone.
+            self._ctr(["-n", "k8s.io", "tasks", "delete", "--force", task], check=False)
+        left = self._ctr(["-n", "k8s.io", "tasks", "ls", "-q"]).stdout.split()
+        if left:
+            raise NamespaceError(f"pods' tasks survived a forced delete: {', '.join(left[:4])}")
+        self.timeline.record("node.power_off_pods", "node", tasks=len(tasks))
+        return len(tasks)
+
     def kubelet_log_tail(self, lines: int = 15) -> str:
         try:
             text = (self.workdir / "kubelet.log").read_text(errors="replace")

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from harness.cdispecs import defined_devices
 from harness.kubelet import checkpoint as dp_checkpoint
-from harness.kubelet import dracheckpoint
 from harness.kubelet.podresources import read_pod_resources
 from harness.node import FakeNode
 from harness.scenarios.outcomes import Inconclusive
@@ -109,9 +108,10 @@ class Conditions:
         env, node = self.env, self.env.node
         if not node.running:
             return False, "the kubelet is not running"
-        if not isinstance(node, FakeNode):
+        if not isinstance(node, FakeNode) and not self.stage.is_dra:
             capacity = node.capacity(env.spec.resource) or 0
             return capacity > 0, f"the node reports {env.spec.resource} capacity {capacity}"
+        # A real kubelet's DRA registrations come from its log, numbered by kubelet instance as the fake's are.
         started = [e for e in env.timeline.events(kind="kubelet.start") if e.get("instance") == node.instance]
         since = started[-1].t_ns if started else 0
         if self.stage.is_dra:
@@ -256,10 +256,11 @@ class Conditions:
             devices = [d for e in entries if e.pod_uid == uid for d in e.device_ids]
             ok, seen = self._count("devices", len(devices), want["devices"])
             return ok, f"device-manager checkpoint: pod {pod.name} {seen}"
-        path = sandbox.state_dir / dracheckpoint.CHECKPOINT_NAME
         try:
-            claims = dracheckpoint.read(path)
-        except (OSError, ValueError) as err:
+            claims = self.env.kubelet_claims()  # type: ignore[attr-defined]
+        except AssertionError as err:
+            raise Inconclusive(str(err)) from None
+        except (OSError, ValueError, KeyError, TypeError) as err:
             claims, note = [], f" (unreadable: {type(err).__name__})"
         else:
             note = ""

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.kubelet import checkpoint as dp_checkpoint
-from harness.kubelet import dracheckpoint
 from harness.node import AdmissionError
 from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive
 from harness.scenarios.schema import Step
@@ -45,7 +44,7 @@ class KubeletSteps(StageState):
     def _checkpoint_fault(self, fault: str) -> None:
         paths = [self.env.sandbox.plugin_dir / dp_checkpoint.CHECKPOINT_NAME]
         if self.is_dra:
-            paths.append(self.env.sandbox.state_dir / dracheckpoint.CHECKPOINT_NAME)
+            paths.append(self.env.dra_checkpoint())  # type: ignore[attr-defined]
         for path in paths:
             if fault == "lost":
                 path.unlink(missing_ok=True)
@@ -62,13 +61,16 @@ class KubeletSteps(StageState):
         for instance in self.retired:
             instance.stop()
         env.node.stop_kubelet()
+        # The fake kubelet's pods are its own records, started again by its re-admission; a real
+        # node's containers are killed, so its kubelet finds dead sandboxes when it boots.
+        killed = 0 if self.fake is not None else env.node.power_off_pods()  # type: ignore[union-attr]
         wiped = _wipe_sockets(env.sandbox.path)
         if self.is_dra:
             wiped += _wipe_dir(env.sandbox.cdi_dir)
         if fault:
             self._checkpoint_fault(fault)
-        self.tell(f"node rebooted: plugin and kubelet stopped, {len(wiped)} socket(s) and CDI file(s) wiped"
-                  f"{f', the kubelet checkpoint {fault}' if fault else ''}")
+        self.tell(f"node rebooted: plugin and kubelet stopped, {f'{killed} container(s) killed, ' if killed else ''}"
+                  f"{len(wiped)} socket(s) and CDI file(s) wiped{f', the kubelet checkpoint {fault}' if fault else ''}")
         env.node.start_kubelet()
         self.tell("kubelet started (boot)")
         self._readmit()

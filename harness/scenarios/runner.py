@@ -198,12 +198,9 @@ def _environment(run: RunConfig, plane: ControlPlane | None, why: str, node: str
             raise Inconclusive(f"the real kubelet needs an API server to join: {why}")
         real = NodeAccess(plane.kubeconfig, plane.client())
     if run.spec.is_dra:
-        if node == "real":
-            raise Inconclusive("DRA scenarios run on the fake kubelet (the real node's DRA path is in the fidelity "
-                               "suite)")
         return DRAEnv(run.spec, run.profile, run.defect, run.seed, binary, artifacts,
                       kubelet_version=run.kubelet_version, control_plane=plane, control_plane_error=why or
-                      "no API server")
+                      "no API server", real_node=real)
     return DPEnv(run.spec, run.profile, run.defect, run.seed, binary, artifacts, real_node=real,
                  kubelet_version=run.kubelet_version)
 

@@ -6,6 +6,7 @@ import random
 
 from harness.checks import MUST, SHOULD, check, expect
 from harness.env import DPEnv
+from harness.timeline import WaitTimeout
 
 RESTARTS = 5  # checks.md DP-RST-02
 
@@ -22,9 +23,7 @@ def test_reregisters_after_restart(dp_env: DPEnv) -> None:
     env.need_devices(list1, 1, healthy=False)
     t = env.now()
     env.node.restart_kubelet()
-    reg2, list2 = env.registered_and_listed(t)
-    expect(reg2.get("instance") == instance(env), "registration with the new kubelet instance",
-           f"instance {reg2.get('instance')}")
+    reg2, list2 = env.registered_and_listed(t, instance=instance(env))
     expect(reg2.get("resource") == reg1.get("resource"), f"resource {reg1.get('resource')}",
            f"{reg2.get('resource')} at {env.at(reg2)}")
     expect(list2.ids == list1.ids, f"devices {list1.ids}", list2.describe())
@@ -39,9 +38,7 @@ def test_restart_storm(dp_env: DPEnv) -> None:
         t = env.now()
         if n != during:
             env.node.restart_kubelet()
-            reg = env.wait_registered(t)
-            expect(reg.get("instance") == instance(env), f"restart {n + 1}: registration with the new instance",
-                   f"instance {reg.get('instance')}")
+            reregistered(env, t, f"restart {n + 1}")
             continue
         # Hold the next Register in flight, then restart under it.
         env.node.restart_kubelet(arm=lambda m: m.faults.hold("Register"))
@@ -49,10 +46,16 @@ def test_restart_storm(dp_env: DPEnv) -> None:
                               env.profile.reaction_s, f"restart {n + 1}: a Register to hold", t)
         t2 = env.now()
         env.node.restart_kubelet()
-        reg = env.wait_registered(t2)
-        expect(reg.get("instance") == instance(env),
-               f"restart {n + 1} (during registration): registration with the new instance",
-               f"instance {reg.get('instance')}")
+        reregistered(env, t2, f"restart {n + 1} (during registration)")
+
+
+def reregistered(env: DPEnv, since_ns: int, which: str) -> None:
+    """A registration with the kubelet instance now running, named by the restart that asked for it."""
+    try:
+        env.wait_registered(since_ns, instance=instance(env))
+    except WaitTimeout as err:
+        raise WaitTimeout(f"{which}: {err.awaiting}", err.timeout_s, err.seen,
+                          env.timeline.origin_ns) from None
 
 
 @check("DP-RST-03", MUST, "when the kubelet deletes its socket, the plugin recreates it")
