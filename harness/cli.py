@@ -393,7 +393,7 @@ def counts(s: dict) -> str:
 def print_report(report: SubjectReport) -> None:
     s = report.summary()
     name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
-    if report.kind == "dra":
+    if report.kind == "dra" and report.api_versions:
         name += " (" + ", ".join(f"{k} {v}" for k, v in report.api_versions.items()) + ")"
     print(f"\n{name}: {counts(s)} ({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
     for c in report.checks:

@@ -372,6 +372,8 @@ class DRAEnv(DPEnv):
         if not found:
             return {}
         last = found[-1]
+        if last.get("real"):
+            return {}  # a real kubelet's log does not say which service versions it chose
         # The kubelet may open a health stream the driver does not serve: count only one that delivered.
         streamed = self.timeline.find(lambda e: e.kind == "dra.health" and e.get("driver") == self.driver)
         health = last.get("health_version") if streamed else None

@@ -64,7 +64,9 @@ class KubeletSteps(StageState):
         # The fake kubelet's pods are its own records, started again by its re-admission; a real
         # node's containers are killed, so its kubelet finds dead sandboxes when it boots.
         killed = 0 if self.fake is not None else env.node.power_off_pods()  # type: ignore[union-attr]
-        wiped = _wipe_sockets(env.sandbox.path)
+        # The real node's containerd stays up (its pods are dead): its socket is not the node's to lose.
+        runtime = getattr(env.node, "workdir", None) if self.fake is None else None
+        wiped = _wipe_sockets(env.sandbox.path, keep=runtime)
         if self.is_dra:
             wiped += _wipe_dir(env.sandbox.cdi_dir)
         if fault:
@@ -99,11 +101,14 @@ class KubeletSteps(StageState):
                 self.tell(f"pod {pod.name} re-admitted by the new kubelet: still Running")
 
 
-def _wipe_sockets(root: Path) -> list[str]:
-    """Every socket under the sandbox: they live on tmpfs or die with their servers at power-off."""
+def _wipe_sockets(root: Path, keep: Path | None = None) -> list[str]:
+    """Every socket under the sandbox but those under `keep`: they live on tmpfs or die with their servers
+    at power-off."""
     wiped = []
     for path in root.rglob("*"):
         try:
+            if keep is not None and path.is_relative_to(keep):
+                continue
             if path.is_socket():
                 path.unlink()
                 wiped.append(str(path))
