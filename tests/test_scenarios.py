@@ -253,3 +253,36 @@ def test_the_operators_view_reads_both_kubelets(tmp_path, node):
         pytest.skip(report["checks"][0]["detail"].splitlines()[0])
     assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
     assert "device-manager checkpoint: pod ck devices 2" in output and "PodResources: pod ck has devices 2" in output
+
+
+DRA_POD_HEALTH = """\
+title: a DRA pod's allocatedResourcesStatus follows its device's health
+correct: the pod's status says Healthy, then Unhealthy once its device fails
+bug: the status never changes
+kind: dra
+subject: reference-dra
+nodes: [fake, real]
+steps:
+  - kubelet: start
+  - plugin: start
+  - wait: {registered: true, slices: {devices: {at_least: 1}}}
+  - pod: {create: w, devices: 1}
+  - wait: {resources_status: {pod: w, health: Healthy}, checkpoint: {claims: 1, devices: 1}}
+    within: 30s
+  - device: {fail: "@pod:w"}
+  - expect: {resources_status: {pod: w, health: Unhealthy}}
+    within: 30s
+"""
+
+
+@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
+def test_a_dra_pods_status_and_checkpoint_read_both_kubelets(tmp_path, node):
+    # On the real node: the Pod's allocatedResourcesStatus from the API server, and the kubelet's own
+    # dra_manager_state from the node's private /var/lib/kubelet.
+    path = tmp_path / "dra-health.yaml"
+    path.write_text(DRA_POD_HEALTH)
+    code, output, report = scenario_run(tmp_path / "out", "--file", str(path), "--node", node)
+    if outcome_of(report) == INCONCLUSIVE and (node == "real" or report["checks"][0].get("install")):
+        pytest.skip(report["checks"][0]["detail"].splitlines()[0])
+    assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    assert "allocatedResourcesStatus of w: Unhealthy" in output and "DRA checkpoint: claims 1" in output
