@@ -353,7 +353,11 @@ class ClusterNode:
         known = self._pods.get(pod)
         if known is None:
             return {}
-        status = self.client.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{known.name}").get("status") or {}
+        return self.allocated_resources_status_of(NAMESPACE, known.name)
+
+    def allocated_resources_status_of(self, namespace: str, name: str) -> dict[str, list[dict]]:
+        """Each container's allocatedResourcesStatus, as the API server shows any Pod on this node."""
+        status = self.client.get(f"/api/v1/namespaces/{namespace}/pods/{name}").get("status") or {}
         return {c.get("name", ""): c.get("allocatedResourcesStatus") or []
                 for c in status.get("containerStatuses") or []}
 

@@ -221,21 +221,15 @@ class Conditions:
         fake = node if isinstance(node, FakeNode) else None
         if self.stage.is_dra and fake is not None:
             status = fake.claim_resources_status(pod.key)
-        elif self.stage.is_dra and pod.api is not None:
-            status = self._api_resources_status(pod.api)
+        elif self.stage.is_dra and pod.api is not None:  # a real node's DRA pod, as the API server shows it
+            meta = pod.api["metadata"]
+            status = node.allocated_resources_status_of(meta["namespace"], meta["name"])  # type: ignore[union-attr]
         else:
             status = node.allocated_resources_status(pod.key)
         health = [r.get("health") for entries in status.values() for entry in entries
                   for r in (entry.get("resources") or [entry])]
         ok = bool(health) and all(h == want["health"] for h in health)
         return ok, f"allocatedResourcesStatus of {pod.name}: {', '.join(map(str, health)) or 'none'}"
-
-    def _api_resources_status(self, api: dict[str, Any]) -> dict[str, list[dict]]:
-        """A real node's DRA pod as the API server shows it: each container's allocatedResourcesStatus."""
-        meta = api["metadata"]
-        live = self.env.client.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")  # type: ignore[attr-defined]
-        return {c.get("name", ""): c.get("allocatedResourcesStatus") or []
-                for c in (live.get("status") or {}).get("containerStatuses") or []}
 
     def _fake_only(self, what: str) -> None:
         """The real kubelet does not show this (its gRPC calls are not on the timeline): no verdict on it."""

@@ -154,11 +154,12 @@ def _line_of(lines: dict[str, int], field_path: str) -> int | None:
     """The line of `field_path`, or of the nearest field holding it: a field the file lacks has no
     line of its own, and its step's line is where the writer goes to add it."""
     path = field_path
-    while path:
-        if path in lines:
-            return lines[path]
-        path = re.sub(r"(\.[^.\[\]]*|\[\d+\])$", "", path) if re.search(r"[.\[]", path) else ""
-    return None
+    while path not in lines:
+        holder = re.sub(r"(\.[^.\[\]]*|\[\d+\])$", "", path)  # drop the last ".key" or "[N]"
+        if holder == path:
+            return None
+        path = holder
+    return lines[path]
 
 
 def _nodes(value: Any, where: Any) -> tuple[str, ...]:

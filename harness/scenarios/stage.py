@@ -139,6 +139,3 @@ def check_function(check_id: str) -> Callable[[Any], None]:
         if any(m.name == "fakelet_check" and m.kwargs.get("id") == check_id for m in marks):
             return value
     raise Inconclusive(f"no function for check {check_id}")
-
-
-
