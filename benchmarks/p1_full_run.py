@@ -59,7 +59,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def one_run(subject: str, profile: str, verbose: bool) -> RunResult:
     out = Path(tempfile.mkdtemp(prefix="fakelet-bench-p1-"))
     try:
-        argv = [sys.executable, "-m", "harness.cli", "run", "--subject", subject, "--profile", profile,
+        argv = [sys.executable, "-m", "harness.run.cli", "run", "--subject", subject, "--profile", profile,
                 "--out", str(out)]
         t0 = time.perf_counter()
         # Its own session, so that an abort reaches the CLI and the pytest run it started, and nothing else.

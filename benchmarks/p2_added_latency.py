@@ -33,13 +33,13 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc
 
-from harness.env import DPEnv
-from harness.grpcutil import insecure_unix_channel, wait_ready
+from harness.instruments.grpcutil import insecure_unix_channel, wait_ready
+from harness.instruments.timeline import Event
 from harness.kubelet.endpoint import Endpoint
-from harness.profiles import FAST
-from harness.subjects import load_subject
-from harness.timeline import Event
+from harness.spec.profiles import FAST
+from harness.spec.subjects import load_subject
 from harness.wire import dp, dp_grpc
+from harness.world.env import DPEnv
 
 TARGET_MS = 5.0  # P2: measured minus injected, at p99
 CALL_TIMEOUT_S = 10.0  # a single call taking longer than this is a hang, not a latency

@@ -53,12 +53,12 @@ import grpc
 from fake_devices.backend import DeviceBackend
 from fake_devices.generate import generate
 from fake_devices.scripts import Step
-from harness.launchers import ProcessLauncher
-from harness.node import FakeNode
-from harness.profiles import FAST
-from harness.sandbox import Sandbox
-from harness.subjects import SubjectSpec, free_port, load_subject, render, repo_root
-from harness.timeline import Event, Timeline, WaitTimeout
+from harness.instruments.timeline import Event, Timeline, WaitTimeout
+from harness.launch.process import ProcessLauncher
+from harness.launch.sandbox import Sandbox
+from harness.node.fake import FakeNode
+from harness.spec.profiles import FAST
+from harness.spec.subjects import SubjectSpec, free_port, load_subject, render, repo_root
 
 TARGET_LOST = 0  # P3: not one health change may go missing on the way to the kubelet
 RESOURCE_PREFIX = "fakelet.example.com/gpu"  # plugin i serves fakelet.example.com/gpu<i>

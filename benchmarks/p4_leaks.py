@@ -95,7 +95,7 @@ def _start_ticks(pid: str) -> str | None:
 
 
 class Owners(threading.Thread):
-    """Samples the processes of our runs, as cgroup owner tags (`<pid>-<start ticks>`, harness/cgroups.py).
+    """Samples the processes of our runs, as cgroup owner tags (`<pid>-<start ticks>`, harness/launch/cgroups.py).
 
     Cgroups are machine-wide and hold no file of ours: one is ours when a process of our runs made it.
     """
@@ -138,7 +138,7 @@ def snapshot(tmp: Path, owners: set[str] | None = None) -> dict[str, set[str]]:
 
 def _cgroup_run_dirs() -> list[Path]:
     """fakelet's run dirs in every cgroup hierarchy it uses (a v1 memory one may sit deep down)."""
-    from harness import cgroups  # the layout is fakelet's: <base>/fakelet/<owner tag>
+    from harness.launch import cgroups  # the layout is fakelet's: <base>/fakelet/<owner tag>
 
     v2, v1 = cgroups.find_hierarchies()
     bases = {h.base for h in [*([v2] if v2 else []), *v1.values()]}
@@ -167,7 +167,7 @@ def leftovers(before: dict[str, set[str]], after: dict[str, set[str]]) -> dict[s
 
 def one_run(tmp: Path, n: int, sig: signal.Signals | None, delay_s: float | None) -> Outcome:
     out = tmp / "outs" / f"run-{n}"
-    cmd = [sys.executable, "-m", "harness.cli", "run", "--subject", "reference-dp", "--jobs", "2",
+    cmd = [sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dp", "--jobs", "2",
            "--out", str(out), *(a for c in CHECKS for a in ("--check", c))]
     env = {**os.environ, "TMPDIR": str(tmp)}
     began = time.monotonic()

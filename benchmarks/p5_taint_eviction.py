@@ -40,9 +40,9 @@ from harness.controlplane import open_control_plane
 from harness.controlplane.allocator import AllocationError
 from harness.controlplane.scheduler import pod_body
 from harness.controlplane.taints import NO_EXECUTE
-from harness.draenv import DRAEnv
-from harness.profiles import FAST
-from harness.subjects import load_subject
+from harness.spec.profiles import FAST
+from harness.spec.subjects import load_subject
+from harness.world.draenv import DRAEnv
 
 TICKS = os.sysconf("SC_CLK_TCK")
 WAIT_S = 120.0  # every wait of the benchmark is bounded by this

@@ -26,16 +26,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import fidelity
-from harness.cli import run_one, shared_control_plane
+from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV
 from harness.controlplane.local import LocalControlPlane
-from harness.filewatch import FileWatch
-from harness.node import FakeNode
-from harness.profiles import get as get_profile
-from harness.realnode.localnode import LocalNode, unavailable
-from harness.runconfig import SHARED_CONTROL_PLANE_ENV
-from harness.sandbox import Sandbox
-from harness.timeline import Timeline
+from harness.instruments.filewatch import FileWatch
+from harness.instruments.timeline import Timeline
+from harness.launch.sandbox import Sandbox
+from harness.node.fake import FakeNode
+from harness.node.real.localnode import LocalNode, unavailable
+from harness.run import fidelity
+from harness.run.cli import run_one, shared_control_plane
+from harness.spec.profiles import get as get_profile
 
 SOCKET_WAIT_S = 30.0
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
 from fake_devices.nvml.build import library
-from harness.subjects import fixtures_dir, load_yaml
+from harness.spec.subjects import fixtures_dir, load_yaml
 
 CONSUMER = r"""
 import ctypes, os, sys, time

@@ -43,7 +43,7 @@ from types import TracebackType
 from inotify_simple import Event, INotify
 from inotify_simple import flags as IN
 
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 SOURCE = "fake_devices"
 READ_EVENT = "hw.read"

@@ -19,7 +19,7 @@ from typing import Any
 from fake_devices.materialize import Materializer, has_nvml
 from fake_devices.model import HEALTHY, UNHEALTHY, Device, Inventory, unknown_device_message
 from fake_devices.nvml.surface import NvmlSurface
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 SOURCE = "devices"  # the timeline source of every event the backend records
 OPS = ("fail", "recover", "heat", "cool", "unplug", "plug", "ecc", "xid")
@@ -36,7 +36,7 @@ class DeviceBackend:
         self.timeline = timeline
         self.materializer = Materializer(self.root, skin)
         # The vendor surfaces fed by the same model: NVML under the nvml and drm+nvml skins (the drm
-        # skins' Level-Zero sidecar is served by its user from surface_view, see harness/env.py).
+        # skins' Level-Zero sidecar is served by its user from surface_view, see harness/world/env.py).
         self.nvml = NvmlSurface(self.root) if has_nvml(skin) else None
         self._view = [copy.copy(d) for d in self.inventory.devices]  # what the vendor surfaces show
         self._lock = threading.RLock()

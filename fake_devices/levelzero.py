@@ -30,8 +30,8 @@ from typing import Any
 import grpc
 
 from fake_devices.model import UNHEALTHY, Device
-from harness.grpcutil import unix_target
-from harness.timeline import Timeline
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Timeline
 from harness.wire import levelzero as lz
 from harness.wire import levelzero_grpc as lz_grpc
 

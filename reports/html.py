@@ -3,7 +3,7 @@
 The page opens offline: inline CSS, plots as inline SVG built here, no script,
 no external resource. Like the other writers it never decides a status; it
 renders the report model and, when present, each check's timeline.json
-(harness.timeline.Timeline.to_json: events {t_ns, kind, source, data, t_s}).
+(harness.instruments.timeline.Timeline.to_json: events {t_ns, kind, source, data, t_s}).
 """
 
 from __future__ import annotations

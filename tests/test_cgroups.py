@@ -1,4 +1,4 @@
-"""A cgroup per plugin start (harness/cgroups.py through harness/launchers.py): limits, findings, a sure sweep."""
+"""A cgroup per plugin start (harness/launch/cgroups.py through process.py): limits, findings, a sure sweep."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cgroups
-from harness.filewatch import FileWatch
-from harness.launchers import ProcessLauncher
-from harness.timeline import Timeline
+from harness.instruments.filewatch import FileWatch
+from harness.instruments.timeline import Timeline
+from harness.launch import cgroups
+from harness.launch.process import ProcessLauncher
 
 WHY = cgroups.available()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"no cgroup here: {WHY}")
@@ -92,7 +92,7 @@ def _zombie(pid: int) -> bool:
 
 
 def test_reaper_removes_cgroups_of_dead_owners(tmp_path: Path) -> None:
-    from harness import reaper
+    from harness.launch import reaper
 
     v2, v1 = cgroups.find_hierarchies()
     hierarchies = [v2] if v2 is not None else [h for c, h in v1.items() if c in ("pids", "memory", "freezer")]

@@ -16,14 +16,14 @@ import pytest
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
-from harness.subjects import repo_root
+from harness.spec.subjects import repo_root
 
 RUN_TIMEOUT_S = 300
 
 
 def fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, TMPDIR=str(tmp))
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.run.cli", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
 
 
@@ -150,7 +150,7 @@ def test_bad_profile_names_the_file(tmp: Path, tmp_path: Path) -> None:
     (fixtures / "subjects").mkdir(parents=True)
     (fixtures / "subjects" / "broken.yaml").write_text("name: broken\nkind: device-plugin\ncommand: [x]\n")
     env = dict(os.environ, TMPDIR=str(tmp), FAKELET_FIXTURES=str(fixtures))
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "broken"],
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "broken"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2
     assert "broken.yaml: missing required key 'resource'" in proc.stderr
@@ -217,7 +217,7 @@ def _wait_for_plugin_socket(tmp: Path, deadline_s: float) -> None:
 def test_interrupt_leaves_nothing_behind(tmp: Path, tmp_path: Path, sig: signal.Signals) -> None:
     env = dict(os.environ, TMPDIR=str(tmp))
     # DP-RST-04 keeps the kubelet down for a while: a long enough window to interrupt.
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--check", "DP-RST-04",
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "run", "--check", "DP-RST-04",
                              "--out", str(tmp_path / "out")], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -248,7 +248,7 @@ def _processes_naming(tmp: Path) -> list[int]:
 
 def test_a_killed_run_takes_its_checks_down_and_the_next_run_reaps_what_is_left(tmp: Path, tmp_path: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--check", "DP-RST-04",
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "run", "--check", "DP-RST-04",
                              "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     _wait_for_plugin_socket(tmp, 60)

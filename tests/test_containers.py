@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.containers import engine, images
-from harness.containers.engine import OWNER_LABEL, SUBJECT_LABEL, EngineUnavailable, PrivateEngine
-from harness.env import SubjectUnavailable
-from harness.realnode.image import ImageError, find_busybox
-from harness.runconfig import RunConfig
+from harness.config.runconfig import RunConfig
+from harness.launch.containers import engine, images
+from harness.launch.containers.engine import OWNER_LABEL, SUBJECT_LABEL, EngineUnavailable, PrivateEngine
+from harness.node.real.image import ImageError, find_busybox
+from harness.world.env import SubjectUnavailable
 
 pytestmark = pytest.mark.containers
 
@@ -56,7 +56,7 @@ def docker_engine() -> Iterator[str]:
 
 
 def _fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.run.cli", *args], capture_output=True, text=True,
                           env=dict(os.environ, TMPDIR=str(tmp)), timeout=timeout)
 
 
@@ -108,7 +108,7 @@ def test_the_image_gets_the_verdicts_of_the_binary(docker_engine: str, tmp: Path
                                                    subject: str) -> None:
     image = _subject_image(subject)
     # Side by side, as the fidelity table runs both kubelets: half the wall time, the same verdicts.
-    runs = {how: subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--subject", subject, *flags,
+    runs = {how: subprocess.Popen([sys.executable, "-m", "harness.run.cli", "run", "--subject", subject, *flags,
                                    "--jobs", "3", "--out", str(tmp_path / how)], env=dict(os.environ, TMPDIR=str(tmp)),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for how, flags in (("binary", []), ("image", ["--image", image]))}
@@ -139,11 +139,11 @@ def test_a_container_that_exits_is_a_finding_with_its_logs(busybox_image: str, t
 
 
 def test_restart_starts_a_new_container_and_stop_removes_them(docker_engine: str, tmp_path: Path) -> None:
-    from harness.containers.launcher import ContainerLauncher
-    from harness.launchers import HOST_DEVICE_PLUGIN_DIR
-    from harness.node import FakeNode
-    from harness.profiles import get as get_profile
-    from harness.timeline import Timeline
+    from harness.instruments.timeline import Timeline
+    from harness.launch.containers.launcher import ContainerLauncher
+    from harness.launch.process import HOST_DEVICE_PLUGIN_DIR
+    from harness.node.fake import FakeNode
+    from harness.spec.profiles import get as get_profile
 
     image = _subject_image("sample-device-plugin")
     timeline = Timeline()
@@ -180,7 +180,7 @@ def test_no_container_is_left_behind(busybox_image: str, tmp: Path, tmp_path: Pa
     args = ["run", "--image", busybox_image, "--image-arg", "sleep", "--image-arg", "3600",
             "--resource", "vendor.example.com/gpu", "--check", "DP-REG-01", "--out", str(tmp_path / "out")]
     since = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=dict(os.environ, TMPDIR=str(tmp)),
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", *args], env=dict(os.environ, TMPDIR=str(tmp)),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _wait_container_start(subject, since)
@@ -202,7 +202,7 @@ def test_no_container_is_left_behind(busybox_image: str, tmp: Path, tmp_path: Pa
 
 
 def test_the_sweep_removes_only_dead_runs_containers(busybox_image: str) -> None:
-    from harness.reaper import owner_tag
+    from harness.launch.owners import owner_tag
 
     gone = subprocess.Popen(["sleep", "60"])
     dead_tag = owner_tag(gone.pid)
@@ -243,7 +243,7 @@ def test_bad_image_input_is_one_line(docker_engine: str, tmp: Path) -> None:
 
 
 def test_kind_is_built_from_the_module_proxy() -> None:
-    from harness.kind.cluster import KindUnavailable, kind_binary
+    from harness.node.kind.cluster import KindUnavailable, kind_binary
 
     try:
         kind = kind_binary()
@@ -255,7 +255,7 @@ def test_kind_is_built_from_the_module_proxy() -> None:
 
 def test_without_a_kind_node_image_the_kind_tier_skips_with_one_line(docker_engine: str, tmp: Path,
                                                                      tmp_path: Path) -> None:
-    from harness.kind.cluster import DEFAULT_NODE_IMAGE
+    from harness.node.kind.cluster import DEFAULT_NODE_IMAGE
 
     found = engine.client()
     try:

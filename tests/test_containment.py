@@ -1,4 +1,4 @@
-"""Containment: whatever a plugin starts lives and dies in its PID namespace (harness/launchers.py, nsinit.py)."""
+"""Containment: whatever a plugin starts lives and dies in its PID namespace (harness/launch/process.py, nsinit.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import launchers
-from harness.filewatch import FileWatch
-from harness.launchers import KILL_GRACE_S, LOG_CAP_BYTES, LaunchError, ProcessLauncher
-from harness.timeline import Event, Timeline
+from harness.instruments.filewatch import FileWatch
+from harness.instruments.timeline import Event, Timeline
+from harness.launch import process as launchers
+from harness.launch.process import KILL_GRACE_S, LOG_CAP_BYTES, LaunchError, ProcessLauncher
 
 WAIT_S = 10.0  # generous on 2 busy cores; every wait below returns as soon as its event comes
 

@@ -37,7 +37,7 @@ from harness.controlplane import local as local_mod
 from harness.controlplane.allocator import CLAIM_FINALIZER
 from harness.controlplane.client import NO_CREDENTIALS
 from harness.controlplane.scheduler import pod_body
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 DRIVER = "gpu.fakelet.example.com"
 
@@ -325,7 +325,7 @@ def test_kubeconfig_with_an_exec_plugin(cp, tmp_path, monkeypatch):
     """A v1 exec plugin (a relative command, resolved beside the kubeconfig) supplies the token."""
     from lightkube.resources.core_v1 import Namespace
 
-    from harness.runconfig import check_control_plane
+    from harness.config.runconfig import check_control_plane
 
     token = yaml.safe_load(cp.kubeconfig.read_text())["users"][0]["user"]["token"]
     calls, info = tmp_path / "calls", tmp_path / "exec-info.json"

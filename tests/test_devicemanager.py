@@ -23,13 +23,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpcutil import unix_target
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Timeline
 from harness.kubelet import checkpoint
 from harness.kubelet.devicemanager import go_join
-from harness.node import AdmissionError, FakeNode
-from harness.profiles import FAST
-from harness.sandbox import Sandbox
-from harness.timeline import Timeline
+from harness.launch.sandbox import Sandbox
+from harness.node.fake import FakeNode
+from harness.node.interface import AdmissionError
+from harness.spec.profiles import FAST
 from harness.wire import dp, dp_grpc
 
 RES = "example.com/foo"

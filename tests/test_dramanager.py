@@ -23,13 +23,13 @@ from typing import Any
 import grpc
 import pytest
 
-from harness.grpcutil import unix_target
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Event, Timeline
 from harness.kubelet import dracheckpoint, versions
 from harness.kubelet.dramanager import DRAManager, KubeletWouldNotStart, PrepareError
 from harness.kubelet.pluginwatcher import DRA_PLUGIN, PluginWatcher
-from harness.node import FakeNode
-from harness.profiles import FAST
-from harness.timeline import Event, Timeline
+from harness.node.fake import FakeNode
+from harness.spec.profiles import FAST
 from harness.wire import (
     dra_v1,
     dra_v1_grpc,

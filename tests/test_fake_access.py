@@ -14,7 +14,7 @@ import pytest
 from fake_devices.access import READ_EVENT, SOURCE, STOP_DEADLINE_S, AccessTrace, classify
 from fake_devices.backend import DeviceBackend
 from fake_devices.generate import generate
-from harness.timeline import Event, Timeline
+from harness.instruments.timeline import Event, Timeline
 
 WAIT_S = 5.0  # upper bound for anything asynchronous; passing runs take milliseconds
 

@@ -33,8 +33,8 @@ from fake_devices.scripts import (
     temperature_ramp,
     unplug_replug,
 )
-from harness.subjects import fixtures_dir
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
+from harness.spec.subjects import fixtures_dir
 
 INVENTORIES = fixtures_dir() / "inventories"
 WAIT_S = 5.0  # upper bound for anything asynchronous; passing runs take milliseconds

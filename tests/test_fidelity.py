@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import fidelity
 from harness.controlplane.local import LocalControlPlane
-from harness.profiles import get as get_profile
-from harness.realnode.cgroups import CGROUP_FS
-from harness.realnode.localnode import LocalNode, unavailable
-from harness.sandbox import Sandbox
-from harness.subjects import ProfileError
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
+from harness.launch.sandbox import Sandbox
+from harness.node.real.cgroups import CGROUP_FS
+from harness.node.real.localnode import LocalNode, unavailable
+from harness.run import fidelity
+from harness.spec.profiles import get as get_profile
+from harness.spec.subjects import ProfileError
 
 FIDELITY_TIMEOUT_S = 600  # one target on both kubelets: under a minute here
 
@@ -62,7 +62,7 @@ def test_the_real_kubelet_deletes_every_socket_on_start_and_the_fake_does_too(no
     """design.md's measured fact, on the real binary: on start it deletes every socket but the checkpoint."""
     import socket
 
-    from harness.node import FakeNode
+    from harness.node.fake import FakeNode
     local, sandbox = node
     stale = sandbox.plugin_dir / "stale-plugin.sock"
     with socket.socket(socket.AF_UNIX) as s:
@@ -120,7 +120,7 @@ def test_the_fidelity_table_has_no_unexplained_difference(target: fidelity.Targe
     out = tmp_path / "fidelity"
     argv = ["fidelity", "--subject", target.subject, *(["--defect", target.defect] if target.defect else []),
             "--out", str(out), "--jobs", "4"]
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", *argv], capture_output=True, text=True,
                           timeout=FIDELITY_TIMEOUT_S, env=dict(os.environ, GRPC_VERBOSITY="ERROR"))
     assert (out / "fidelity.json").exists(), f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     table = json.loads((out / "fidelity.json").read_text())
@@ -155,7 +155,7 @@ def test_a_broken_targets_file_names_the_file_and_the_field(tmp_path: Path) -> N
 
 
 def test_the_bundled_targets_file_loads_and_names_real_subjects_and_defects() -> None:
-    from harness.subjects import load_subject
+    from harness.spec.subjects import load_subject
     targets, known = fidelity.load_targets(fidelity.default_targets_file())
     for t in targets:
         spec = load_subject(t.subject)
@@ -164,7 +164,7 @@ def test_the_bundled_targets_file_loads_and_names_real_subjects_and_defects() ->
 
 
 def test_fidelity_refuses_node_real_against_someone_elses_cluster(tmp_path: Path) -> None:
-    from harness.runconfig import RunConfig
+    from harness.config.runconfig import RunConfig
     kubeconfig = tmp_path / "kc"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
                           "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
@@ -178,7 +178,7 @@ def test_fidelity_refuses_node_real_against_someone_elses_cluster(tmp_path: Path
 
 def claim_devices(cdi_dir: Path, uid: str) -> dict[str, str]:
     """The CDI devices defined in spec files of this claim (the driver's prepare writes them)."""
-    from harness.cdispecs import defined_devices
+    from harness.world.cdispecs import defined_devices
     return {d: f for d, f in defined_devices(cdi_dir).items() if uid in d or uid in Path(f).name}
 
 
@@ -204,9 +204,9 @@ def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unpre
     the pod unprepares the claim (its CDI spec goes). containerd 1.6 does not inject CDI devices into
     containers (CDI support came with containerd 1.7), so what the container got is not checked."""
     from harness.controlplane.scheduler import PodClaim
-    from harness.draenv import DRAEnv
-    from harness.realnode.localnode import NodeAccess
-    from harness.subjects import load_subject
+    from harness.node.real.localnode import NodeAccess
+    from harness.spec.subjects import load_subject
+    from harness.world.draenv import DRAEnv
     env = DRAEnv(load_subject("reference-dra"), get_profile("fast"), control_plane=plane,
                  real_node=NodeAccess(plane.kubeconfig, plane.client()))
     try:
@@ -234,8 +234,8 @@ def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unpre
 def test_the_cgroups_of_a_dead_runs_node_are_reaped() -> None:
     """A SIGKILLed harness cannot remove its node's cgroup root; the next node's start does."""
     need_real_kubelet()
-    from harness.realnode.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups
-    from harness.reaper import owner_tag
+    from harness.launch.owners import owner_tag
+    from harness.node.real.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups
     dead = f"/{CGROUP_PREFIX}999999999-1-abcdef"  # no such process: its owner is dead
     alive = f"/{CGROUP_PREFIX}{owner_tag()}-abcdef"
     make_cgroups(dead)
@@ -247,6 +247,6 @@ def test_the_cgroups_of_a_dead_runs_node_are_reaped() -> None:
         assert not any((h / dead.lstrip("/")).exists() for h in Path(CGROUP_FS).iterdir())
         assert any((h / alive.lstrip("/")).exists() for h in Path(CGROUP_FS).iterdir())
     finally:
-        from harness.realnode.cgroups import remove_cgroups
+        from harness.node.real.cgroups import remove_cgroups
         remove_cgroups(dead, timeout_s=0)
         remove_cgroups(alive, timeout_s=0)

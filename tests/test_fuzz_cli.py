@@ -81,7 +81,7 @@ def test_any_command_line_gets_a_known_exit_and_no_traceback(argv: list[str], tm
     work = tmp_path_factory.mktemp("fuzz")
     (work / "bad.yaml").write_text(BAD_SUBJECT)
     argv = [str(work / "bad.yaml") if a == "BAD_FILE" else a for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv, "--out", str(work / "out")],
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", *argv, "--out", str(work / "out")],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           env=dict(os.environ, TMPDIR=str(tmp)), stdin=subprocess.DEVNULL)
     assert proc.returncode in EXIT_CODES, (argv, proc.returncode, proc.stderr[-2000:])
@@ -109,7 +109,7 @@ def test_any_subject_file_gets_a_known_exit_and_no_traceback(doc: dict, tmp: Pat
     work = tmp_path_factory.mktemp("fuzzsubject")
     path = work / "subject.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True))
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject-file", str(path),
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject-file", str(path),
                            "--check", "DP-REG-02", "--out", str(work / "out")],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           env=dict(os.environ, TMPDIR=str(tmp)), stdin=subprocess.DEVNULL)

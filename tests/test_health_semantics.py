@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.env import DPEnv
-from harness.profiles import FAST
-from harness.subjects import load_subject
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.profiles import FAST
+from harness.spec.subjects import load_subject
+from harness.world.env import DPEnv
 
 RESOURCE = "fakelet.example.com/gpu"
 
@@ -87,7 +87,7 @@ def test_hotplug_by_count_for_plugins_with_their_own_device_names(tmp_path, defe
 
     import yaml
 
-    from harness.subjects import fixtures_dir
+    from harness.spec.subjects import fixtures_dir
 
     fixtures = tmp_path / "fixtures"
     shutil.copytree(fixtures_dir(), fixtures)
@@ -96,7 +96,7 @@ def test_hotplug_by_count_for_plugins_with_their_own_device_names(tmp_path, defe
     (fixtures / "subjects" / "reference-dp.yaml").write_text(yaml.safe_dump(profile))
     out = tmp_path / "out"
     args = ["run", "--check", "DP-HLT-05", "--out", str(out)] + (["--defect", defect] if defect else [])
-    subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=120,
+    subprocess.run([sys.executable, "-m", "harness.run.cli", *args], capture_output=True, text=True, timeout=120,
                    env=dict(os.environ, FAKELET_FIXTURES=str(fixtures)))
     (check,) = json.loads((out / "report.json").read_text())["checks"]
     assert check["verdict"] == verdict, check["detail"]

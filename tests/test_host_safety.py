@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
-from harness import launchers, nsexec
-from harness.launchers import CONTAINER_PRIVATE_DIRS, HOST_DEVICE_PLUGIN_DIR, LaunchError, NamespaceLauncher
-from harness.subjects import repo_root
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
+from harness.launch import namespace, nsexec
+from harness.launch import process as launchers
+from harness.launch.namespace import NamespaceLauncher
+from harness.launch.process import CONTAINER_PRIVATE_DIRS, HOST_DEVICE_PLUGIN_DIR, LaunchError
+from harness.spec.subjects import repo_root
 
 WAIT_S = 20.0
 RUN_TIMEOUT_S = 600  # a conformance run of two checks, with its binary already built
@@ -101,13 +103,13 @@ def _mount_namespaces() -> None:
 
 def launch_plugin(private_dirs: list[str], pid_namespace: bool = True) -> dict[str, Any]:
     if not pid_namespace:
-        real = launchers.unshare_prefix
+        real = namespace.unshare_prefix
 
         def no_pid_namespace(mount: bool, pid: bool) -> list[str]:
             if pid:
                 raise LaunchError("refused by the test")
             return real(mount, pid)
-        launchers.unshare_prefix = no_pid_namespace  # this process is this launch's alone
+        namespace.unshare_prefix = no_pid_namespace  # this process is this launch's alone
     work = Path(tempfile.mkdtemp(prefix="fkhs-work-", dir="/tmp"))  # as the tests' sandboxes: under /tmp
     marker = f"fkhs-{uuid.uuid4().hex[:12]}"
     bin_dir, lib_dir, dp_dir = work / "bin", work / "pylib", work / "device-plugins"
@@ -136,7 +138,7 @@ def launch_plugin(private_dirs: list[str], pid_namespace: bool = True) -> dict[s
 def run_sample_plugin() -> dict[str, Any]:
     out = tempfile.mkdtemp(prefix="fkhs-out-", dir="/tmp")
     before = snapshot()
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "sample-device-plugin",
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "sample-device-plugin",
                            "--check", "DP-ALC-01", "--check", "DP-ROB-01", "--out", out],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd="/tmp")
     return {"code": proc.returncode, "output": proc.stdout + proc.stderr, "before": before, "after": snapshot()}
@@ -198,8 +200,8 @@ def test_without_a_pid_namespace_the_plugin_still_gets_private_dirs() -> None:
 @pytest.mark.subjects  # builds the upstream plugin from the Go module proxy (minutes when not cached)
 def test_a_conformance_run_of_the_sample_plugin_leaves_the_host_alone() -> None:
     """The upstream sample plugin's Allocate writes /tmp/<device ID>: those land in its private /tmp."""
-    from harness.gobuild import GoUnavailable, build
-    from harness.subjects import load_subject
+    from harness.launch.gobuild import GoUnavailable, build
+    from harness.spec.subjects import load_subject
     spec = load_subject("sample-device-plugin")
     assert spec.build is not None
     try:

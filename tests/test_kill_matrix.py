@@ -24,7 +24,7 @@ import pytest
 from fake_devices.materialize import skin_parts
 from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
 from harness.reference.dra_defects import DRA_DEFECTS
-from harness.subjects import SubjectSpec, load_subject
+from harness.spec.subjects import SubjectSpec, load_subject
 from suites.dp.test_health import SURFACE_CHECKS
 from suites.dra.test_health import SURFACE_CHECKS as DRA_SURFACE_CHECKS
 
@@ -47,7 +47,7 @@ HOSTILE_CORPUS_MIN = 30  # issue 13: at least this many hostile behaviours, each
 
 def fakelet_run(out: Path, *args: str, subject: str = "reference-dp", timeout_s: float = RUN_TIMEOUT_S
                 ) -> tuple[int, dict]:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", subject,
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", subject,
                            "--out", str(out), *args], capture_output=True, text=True, timeout=timeout_s)
     report_file = out / "report.json"
     assert report_file.exists(), f"no report; exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"

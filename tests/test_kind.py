@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.kind import manifests
-from harness.subjects import ProfileError, in_container, load_subject
+from harness.node.kind import manifests
+from harness.spec.subjects import ProfileError, in_container, load_subject
 
 
 def _by_kind(objects: list[dict]) -> dict[str, dict]:
@@ -71,7 +71,7 @@ def test_the_cluster_binds_out_its_pod_resources_and_turns_on_the_taint_gates() 
 
 
 def test_pytest_kinds_cluster_keeps_its_files_in_fakelets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.kind.cluster import _Cluster
+    from harness.node.kind.cluster import _Cluster
 
     monkeypatch.chdir(tmp_path)
     cluster = _Cluster("fakelet", tmp_path / "work", None, Path("/bin/true"), Path("/bin/true"))
@@ -87,7 +87,7 @@ def test_pytest_kinds_cluster_keeps_its_files_in_fakelets_dir(tmp_path: Path, mo
      "--cluster kind brings its own kubelet; drop --node real"),
 ])
 def test_bad_kind_flags_are_one_line(tmp_path: Path, args: list[str], said: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args, "--out", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", *args, "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(tmp_path)), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

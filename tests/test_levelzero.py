@@ -11,8 +11,8 @@ import pytest
 from fake_devices.backend import DeviceBackend
 from fake_devices.levelzero import MEMORY_OFFSET_C, ZE_RESULT_ERROR_INVALID_ARGUMENT, LevelZeroSidecar
 from fake_devices.model import Inventory
-from harness.grpcutil import unix_target
-from harness.subjects import fixtures_dir, load_yaml
+from harness.instruments.grpcutil import unix_target
+from harness.spec.subjects import fixtures_dir, load_yaml
 from harness.wire import levelzero as lz
 from harness.wire import levelzero_grpc as lz_grpc
 

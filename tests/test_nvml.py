@@ -16,7 +16,7 @@ from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
 from fake_devices.nvml import build
 from fake_devices.nvml.surface import XID_DBE, XID_FALLEN_OFF_BUS
-from harness.subjects import fixtures_dir, load_yaml
+from harness.spec.subjects import fixtures_dir, load_yaml
 
 CONSUMER = Path(__file__).resolve().parent / "nvml_consumer.py"
 STEP_S = 30.0  # one step of the consumer: a Python start and an NVML call or a wait

@@ -18,11 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from harness.grpcutil import unix_target
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Event, Timeline
 from harness.kubelet.devicemanager import DeviceManager
 from harness.kubelet.pluginwatcher import DEVICE_PLUGIN, DevicePluginHandler, PluginWatcher
-from harness.profiles import FAST
-from harness.timeline import Event, Timeline
+from harness.spec.profiles import FAST
 from harness.wire import dp, dp_grpc, reg, reg_grpc
 
 RES = "example.com/foo"

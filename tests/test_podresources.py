@@ -23,8 +23,8 @@ import pytest
 from test_wirecompat import build_or_skip  # the same build fixture and skip rules
 
 import harness.wire as wire
-from harness.gobuild import build
-from harness.grpcutil import insecure_unix_channel
+from harness.instruments.grpcutil import insecure_unix_channel
+from harness.instruments.timeline import Timeline
 from harness.kubelet.podresources import (
     ClaimResourceEntry,
     ContainerEntry,
@@ -35,7 +35,7 @@ from harness.kubelet.podresources import (
     read_pod_resources,
     socket_path,
 )
-from harness.timeline import Timeline
+from harness.launch.gobuild import build
 
 pr = wire.podresources
 CALL_TIMEOUT_S = 30

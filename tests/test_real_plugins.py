@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.checks import catalog
-from harness.cli import SUITES
-from harness.subjects import load_subject, repo_root
+from harness.run.cli import SUITES
+from harness.spec.checks import catalog
+from harness.spec.subjects import load_subject, repo_root
 
 REAL_SUBJECTS = ["sample-device-plugin", "generic-device-plugin", "dra-test-driver", "dra-example-driver",
                  "pydra-driver"]
@@ -28,7 +28,7 @@ RUN_TIMEOUT_S = 1500  # includes a cold Go build of k8s.io/kubernetes code
 
 def run_subject(subject: str, profile: str, out_name: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = OUT / out_name
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", subject,
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", subject,
                            "--profile", profile, "--out", str(out)],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     print(proc.stdout)

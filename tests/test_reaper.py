@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.reaper import OWNER_FILE, claim, owner_alive, reap
-from harness.sandbox import Sandbox
+from harness.launch.owners import OWNER_FILE, claim, owner_alive
+from harness.launch.reaper import reap
+from harness.launch.sandbox import Sandbox
 
 
 def dead_pid() -> int:
@@ -34,7 +35,7 @@ def test_dead_owners_are_reaped_live_and_foreign_dirs_kept(tmp_path: Path) -> No
 
 def test_a_sandbox_of_a_killed_run_is_reaped(tmp: Path) -> None:
     tmp_path = tmp  # short: sandboxes hold unix sockets
-    code = ("from harness.sandbox import Sandbox; from pathlib import Path; "
+    code = ("from harness.launch.sandbox import Sandbox; from pathlib import Path; "
             f"print(Sandbox(Path({str(tmp_path)!r})).path)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     left = Path(proc.stdout.strip())

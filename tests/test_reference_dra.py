@@ -31,9 +31,9 @@ from inotify_simple import flags as IN
 
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
-from harness.grpcutil import insecure_unix_channel
+from harness.instruments.grpcutil import insecure_unix_channel
 from harness.reference.dra_defects import DRA_DEFECTS
-from harness.subjects import fixtures_dir, load_subject
+from harness.spec.subjects import fixtures_dir, load_subject
 from harness.wire import (
     dra_v1,
     dra_v1_grpc,

@@ -13,7 +13,7 @@ import pytest
 
 from harness.scenarios.library import all_scenarios
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Case, loads
-from harness.subjects import ProfileError, all_subjects, load_subject
+from harness.spec.subjects import ProfileError, all_subjects, load_subject
 
 RUN_TIMEOUT_S = 600
 LIBRARY = all_scenarios()
@@ -22,7 +22,7 @@ REAL_CASES = [(s.name, c) for s in LIBRARY for c in s.cases if c.node == "real"]
 
 
 def scenario_run(out: Path, *args: str) -> tuple[int, str, dict]:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "run", *args, "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", *args, "--out", str(out)],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
     return proc.returncode, proc.stdout + proc.stderr, report
@@ -205,11 +205,11 @@ def test_bad_scenario_input_is_one_line_and_exit_2(tmp_path, args):
 
 
 def test_list_and_show():
-    listed = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "list"], capture_output=True,
+    listed = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "list"], capture_output=True,
                             text=True, timeout=60).stdout.splitlines()
     assert [line.split()[0] for line in listed] == sorted(s.name for s in LIBRARY)
     assert all("https://" in line for line in listed)
-    shown = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "show", "dp-checkpoint-lost-reboot"],
+    shown = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "show", "dp-checkpoint-lost-reboot"],
                            capture_output=True, text=True, timeout=60).stdout
     assert "kubernetes/kubernetes/issues/116125" in shown and "kubelet: reboot, checkpoint: lost" in shown
 
@@ -217,7 +217,7 @@ def test_list_and_show():
 def test_a_failed_check_writes_a_scenario_that_replays_it(tmp_path):
     assert "duplicate-ids" in load_subject("reference-dp").defects
     out = tmp_path / "run"
-    subprocess.run([sys.executable, "-m", "harness.cli", "run", "--subject", "reference-dp", "--defect",
+    subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dp", "--defect",
                     "duplicate-ids", "--check", "DP-LAW-02", "--check", "DP-LAW-01", "--out", str(out)],
                    capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     repro = out / "repro" / "DP-LAW-02.yaml"

@@ -32,13 +32,13 @@ class Lines:
 
 
 def devices(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "devices", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.run.cli", "devices", *args], capture_output=True,
                           text=True, timeout=30)
 
 
 def test_devices_command_drives_a_live_session(tmp: Path) -> None:
     env = dict(os.environ, TMPDIR=str(tmp))
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "up", "--for", "120"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "up", "--for", "120"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         lines = Lines(proc)
@@ -63,7 +63,7 @@ def test_devices_command_drives_a_live_session(tmp: Path) -> None:
 
 def test_devices_without_a_session_is_a_clear_error() -> None:
     env = {k: v for k, v in os.environ.items() if k != "FAKELET_CONTROL_SOCKET"}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "devices", "fail", "gpu-0"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "devices", "fail", "gpu-0"], capture_output=True,
                           text=True, timeout=30, env=env)
     assert proc.returncode == 2
     assert "no session" in proc.stderr

@@ -18,12 +18,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.draenv import DRAEnv
-from harness.env import DPEnv
-from harness.profiles import FAST
-from harness.pytest_plugin import OPTION_DEFAULTS, run_from_options
-from harness.runconfig import Overrides, RunConfig
-from harness.subjects import (
+from harness.config.runconfig import Overrides, RunConfig
+from harness.run.pytest_plugin import OPTION_DEFAULTS, run_from_options
+from harness.spec.profiles import FAST
+from harness.spec.subjects import (
     DP_PLACEHOLDERS,
     DRA_PLACEHOLDERS,
     MAX_YAML_BYTES,
@@ -34,6 +32,8 @@ from harness.subjects import (
     load_subject_file,
     parse_yaml,
 )
+from harness.world.draenv import DRAEnv
+from harness.world.env import DPEnv
 
 RUN_TIMEOUT_S = 300
 BAD_INPUT_TIMEOUT_S = 60
@@ -49,7 +49,7 @@ GOOD = {"name": "my-plugin", "kind": "device-plugin", "resource": "fakelet.examp
 
 def fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.run.cli", *args], capture_output=True, text=True,
                           env=dict(os.environ, TMPDIR=str(tmp), **(env or {})), timeout=timeout)
 
 

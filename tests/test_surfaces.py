@@ -24,15 +24,17 @@ from fake_devices.backend import DeviceBackend
 from fake_devices.levelzero import LevelZeroSidecar
 from fake_devices.model import Inventory
 from fake_devices.nvml import build
-from harness import launchers, nsexec
-from harness.env import DPEnv
-from harness.grpcutil import unix_target
-from harness.launchers import LaunchError, NamespaceLauncher
-from harness.profiles import FAST
-from harness.subjects import fixtures_dir, load_subject_file, load_yaml
-from harness.timeline import Predicate, Timeline
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Predicate, Timeline
+from harness.launch import nsexec
+from harness.launch import process as launchers
+from harness.launch.namespace import NamespaceLauncher
+from harness.launch.process import LaunchError
+from harness.spec.profiles import FAST
+from harness.spec.subjects import fixtures_dir, load_subject_file, load_yaml
 from harness.wire import levelzero as lz
 from harness.wire import levelzero_grpc as lz_grpc
+from harness.world.env import DPEnv
 
 CONSUMER = Path(__file__).resolve().parent / "nvml_consumer.py"
 WAIT_S = 20.0  # generous on 2 busy cores; every wait returns as soon as its event comes
@@ -71,7 +73,7 @@ def surfaces(tmp_path: Path) -> Iterator[Surfaces]:
     library = _library()
     timeline = Timeline()
     backend = DeviceBackend(tmp_path / "hw", _inventory(), timeline, skin="drm+nvml").start()
-    # As harness/env.py serves it under a drm skin: from the backend's surface view, onto the same timeline.
+    # As harness/world/env.py serves it under a drm skin: from the backend's surface view, onto the same timeline.
     sidecar = LevelZeroSidecar(backend.surface_view, tmp_path / "lz" / "server.sock", timeline).start()
     access = AccessTrace(backend.root, timeline).start()
     channel = grpc.insecure_channel(unix_target(str(sidecar.socket_path)))
@@ -309,7 +311,7 @@ class _Recorded:
 def test_the_container_launcher_binds_the_library_read_only_at_the_distributions_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("testcontainers", reason="testcontainers is not installed")
-    from harness.containers import launcher as container_launcher
+    from harness.launch.containers import launcher as container_launcher
 
     monkeypatch.setattr(container_launcher, "DockerContainer", _Recorded)
     target = build.distribution_path()

@@ -13,12 +13,12 @@ import pytest
 
 from harness.controlplane.scheduler import PodClaim
 from harness.controlplane.taints import rule_version
-from harness.draenv import DRAEnv
 from harness.kubelet.nodestatus import LEASE_NAMESPACE
 from harness.kubelet.podresources import read_pod_resources
-from harness.profiles import FAST
 from harness.scenarios.taint_eviction import claim_released
-from harness.subjects import load_subject
+from harness.spec.profiles import FAST
+from harness.spec.subjects import load_subject
+from harness.world.draenv import DRAEnv
 
 RUN_TIMEOUT_S = 300
 
@@ -66,7 +66,7 @@ def test_node_lease_pod_worker_and_pod_resources(control_plane):
 
 
 def scenario(out: Path, *args: str) -> tuple[int, str, dict]:
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "taint-eviction", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "taint-eviction", "--out", str(out),
                            *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
     return proc.returncode, proc.stdout + proc.stderr, report
@@ -102,7 +102,7 @@ def test_scenario_bad_input_is_one_line_and_exit_2(tmp_path, args):
 
 
 def test_session_controls_taint_and_pods(control_plane):
-    from harness.sessionops import ClusterOps
+    from harness.run.sessionops import ClusterOps
 
     env = DRAEnv(load_subject("reference-dra"), FAST, control_plane=control_plane)
     try:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from harness.timeline import Timeline, WaitTimeout
+from harness.instruments.timeline import Timeline, WaitTimeout
 
 
 def test_wait_returns_an_event_recorded_later() -> None:

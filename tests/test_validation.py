@@ -1,4 +1,4 @@
-"""The kubelet's resource-name rules, ported from upstream (harness/kubelet/validation.py).
+"""The kubelet's resource-name rules, ported from upstream (harness/spec/names.py).
 
 v1helper.IsExtendedResourceName: not native (no '/', or "kubernetes.io/"
 anywhere), not "requests."-prefixed, and "requests."+name must pass
@@ -8,7 +8,7 @@ so a trailing newline must be rejected.
 
 import pytest
 
-from harness.kubelet.validation import (
+from harness.spec.names import (
     endpoint_errors,
     is_dns1123_subdomain,
     is_extended_resource_name,

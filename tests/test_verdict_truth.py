@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.devicemap import ALLOCATE, EXPLICIT, IDENTITY, NONE, HardwareDevice, map_devices
-from harness.listing import wait_settled
-from harness.profiles import FAST, UPSTREAM
-from harness.timeline import Timeline, WaitTimeout
+from harness.instruments.timeline import Timeline, WaitTimeout
+from harness.spec.profiles import FAST, UPSTREAM
+from harness.world.devicemap import ALLOCATE, EXPLICIT, IDENTITY, NONE, HardwareDevice, map_devices
+from harness.world.listing import wait_settled
 
 ENDPOINT = 7
 

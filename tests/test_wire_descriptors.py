@@ -22,7 +22,7 @@ from google.protobuf import descriptor_pb2
 from test_wirecompat import build_or_skip  # the same build fixture and skip rules
 
 import harness.wire as wire
-from harness.gobuild import build
+from harness.launch.gobuild import build
 
 CALL_TIMEOUT_S = 30
 

@@ -24,12 +24,12 @@ import grpc
 import pytest
 import yaml
 
-from harness.gobuild import GoUnavailable, build
-from harness.launchers import ProcessLauncher
-from harness.node import FakeNode
-from harness.profiles import FAST
-from harness.sandbox import Sandbox
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
+from harness.launch.gobuild import GoUnavailable, build
+from harness.launch.process import ProcessLauncher
+from harness.launch.sandbox import Sandbox
+from harness.node.fake import FakeNode
+from harness.spec.profiles import FAST
 from harness.wire import dp
 
 REPO = Path(__file__).resolve().parents[1]

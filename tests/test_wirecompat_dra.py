@@ -35,9 +35,9 @@ import pytest
 from test_wirecompat import EXIT, OUT, WAIT_S, GoProcess, build_or_skip
 
 import harness.wire as wire
-from harness.gobuild import build
-from harness.grpcutil import insecure_unix_channel
-from harness.timeline import Timeline
+from harness.instruments.grpcutil import insecure_unix_channel
+from harness.instruments.timeline import Timeline
+from harness.launch.gobuild import build
 
 CALL_TIMEOUT_S = 30  # bound for one wirecompat client run; passing runs take well under a second
 
@@ -384,7 +384,7 @@ def _fake_node_dra_ready() -> str | None:
     """None when FakeNode has the DRA side of harness/DRA-CONTRACTS.md, else a one-line skip reason."""
     if _missing("harness.kubelet.dramanager"):
         return "harness/kubelet/dramanager.py (the fake kubelet's DRA manager) does not exist yet"
-    from harness.node import FakeNode
+    from harness.node.fake import FakeNode
 
     if "registry_dir" not in inspect.signature(FakeNode).parameters:
         return "FakeNode takes no registry_dir yet (harness/DRA-CONTRACTS.md)"
@@ -401,8 +401,8 @@ def test_fake_kubelet_registers_upstream_draplugin(wirecompat_bin, tmp, advertis
     if reason:
         pytest.skip(reason)
     from harness.kubelet.versions import get as kubelet_version
-    from harness.node import FakeNode
-    from harness.profiles import FAST
+    from harness.node.fake import FakeNode
+    from harness.spec.profiles import FAST
 
     registry, plugin_dir, state = tmp / "registry", tmp / "plugins", tmp / "state"
     for d in (registry, plugin_dir / DRIVER, state, tmp / "dp"):
@@ -454,8 +454,8 @@ def test_fake_kubelet_rejection_reaches_upstream_draplugin(wirecompat_bin, tmp):
     if reason:
         pytest.skip(reason)
     from harness.kubelet.versions import get as kubelet_version
-    from harness.node import FakeNode
-    from harness.profiles import FAST
+    from harness.node.fake import FakeNode
+    from harness.spec.profiles import FAST
 
     registry, state = tmp / "registry", tmp / "state"
     for d in (registry, state, tmp / "dp"):

@@ -53,7 +53,7 @@ def library() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the target's dir (same file system) and renamed into place: concurrent first uses
     # never see half a file, and the target's dir only ever holds the library, so a mount namespace can
-    # lay that dir over a distribution's lib dir as one read-only overlay layer (harness/nsexec.py).
+    # lay that dir over a distribution's lib dir as one read-only overlay layer (harness/launch/nsexec.py).
     fd, partial = tempfile.mkstemp(dir=target.parent.parent, prefix=f".{target.parent.name}.", suffix=".so")
     os.close(fd)
     try:

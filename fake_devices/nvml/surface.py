@@ -45,7 +45,7 @@ from inotify_simple import INotify
 from inotify_simple import flags as IN
 
 from fake_devices.model import UNHEALTHY, Device
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 STATE_ENV = "FAKELET_NVML_STATE"  # where libnvml.c finds the state, events and call log
 PROC_GPUS = "proc/driver/nvidia/gpus"  # the NVIDIA kernel module's per-GPU procfs dir

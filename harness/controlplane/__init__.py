@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.controlplane.allocator import AllocationError, Allocator
-from harness.controlplane.base import RESOURCE_API, ControlPlane, ControlPlaneStartError, ControlPlaneUnavailable
+from harness.controlplane.backend import ControlPlane
+from harness.controlplane.base import RESOURCE_API, ControlPlaneStartError, ControlPlaneUnavailable
 from harness.controlplane.client import ApiError, KubeClient, server_config
-from harness.controlplane.kubeconfig import KubeconfigControlPlane, KubeconfigError, load_kubeconfig
+from harness.controlplane.existing import KubeconfigControlPlane
+from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
 from harness.controlplane.local import LocalControlPlane
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError, KubeClient
 from harness.controlplane.taints import TaintRules, TaintRulesUnavailable, rule_matches
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 REQUEST_NAME = "req-0"  # the one request create_claim makes (harness/DRA-CONTRACTS.md)
 # k8s.io/api resource/v1 types.go DeviceAllocationMode values

@@ -1,12 +1,6 @@
-"""What every control-plane backend is, and how it says it cannot be one."""
+"""The control plane's API version, and how a backend says it cannot be one (the backend itself: backend.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from harness.controlplane.client import KubeClient
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"  # resource.k8s.io/v1: DRA's GA API version (Kubernetes 1.34)
 
@@ -26,16 +20,3 @@ class ControlPlaneStartError(ControlPlaneUnavailable):
     generic handlers still work, but the harness's own tests fail on it rather
     than skip: a server that crashes on our flags is our bug, not a missing tool.
     """
-
-
-class ControlPlane(Protocol):
-    name: str          # "local" or "kubeconfig"
-    kubeconfig: Path   # a kubeconfig file a driver can be given
-    # "" when a controller manager runs the device-taint eviction and resource-claim controllers
-    # (the local one started them, or a cluster is trusted to run its own); else why not.
-    controllers_error: str
-
-    def start(self) -> ControlPlane: ...
-    def stop(self) -> None: ...
-    def client(self) -> KubeClient: ...
-    def describe(self) -> dict[str, str]: ...

@@ -31,6 +31,7 @@ from lightkube.config.models import Cluster, User
 
 # Re-exported: callers reach for the API path where they get the client.
 from harness.controlplane.base import RESOURCE_API as RESOURCE_API
+from harness.controlplane.kubeconfig import load_kubeconfig
 
 DEFAULT_TIMEOUT_S = 10.0  # one request/response; generous for a loaded CI machine, short enough to fail a check
 LIST_PAGE_SIZE = 500  # kubectl's default --chunk-size (k8s.io/kubectl cmd/get/get.go)
@@ -148,9 +149,6 @@ class KubeClient:
 
     @classmethod
     def from_kubeconfig(cls, path: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> KubeClient:
-        # Imported here: kubeconfig.py builds on this module (KubeClient).
-        from harness.controlplane.kubeconfig import load_kubeconfig
-
         return cls(load_kubeconfig(Path(path)), timeout_s)
 
     @property

@@ -39,12 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import gobuild
 from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavailable
 from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
-from harness.launchers import _die_with_parent
-from harness.reaper import claim, reap
+from harness.launch import gobuild
+from harness.launch.owners import claim
+from harness.launch.process import _die_with_parent
+from harness.launch.reaper import reap
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
 STOP_GRACE_S = 5.0  # after SIGTERM, how long before SIGKILL (kube-apiserver drains requests first)
@@ -113,7 +114,7 @@ def find_etcd() -> Path:
 
 
 def _kube_module(module_dir: str | None = None) -> Path:
-    from harness.subjects import repo_root  # subjects imports much; only the build path needs it
+    from harness.spec.subjects import repo_root  # subjects imports much; only the build path needs it
 
     return repo_root() / (module_dir or KUBE_MODULE)
 

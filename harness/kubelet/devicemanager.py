@@ -21,16 +21,16 @@ from pathlib import Path
 
 import grpc
 
-from harness.faults import FaultPlan
-from harness.grpcutil import SERVER_OPTIONS, over_kubelet_limit, status_of, unix_target
-from harness.interceptors import RecordingServerInterceptor, to_dict
+from harness.instruments.faults import FaultPlan
+from harness.instruments.grpcutil import SERVER_OPTIONS, over_kubelet_limit, status_of, unix_target
+from harness.instruments.interceptors import RecordingServerInterceptor, to_dict
+from harness.instruments.timeline import Timeline
 from harness.kubelet import checkpoint
 from harness.kubelet.endpoint import DialError, Endpoint, HungCall, OverLimit, go_status, record_over_limit
-from harness.kubelet.validation import is_extended_resource_name
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
-from harness.profiles import Profile
-from harness.timeline import Timeline
+from harness.spec.names import is_extended_resource_name
+from harness.spec.profiles import Profile
 from harness.wire import dp, dp_grpc
 
 KUBELET_SOCKET = "kubelet.sock"  # deviceplugin v1beta1 constants.go KubeletSocket

@@ -29,9 +29,9 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.timeline import Timeline
 from harness.kubelet.endpoint import go_status
 from harness.kubelet.versions import HEALTH_SHORT, HEALTH_V1, HEALTH_V1ALPHA1
-from harness.timeline import Timeline
 from harness.wire import drahealth_v1, drahealth_v1alpha1
 
 HEALTH_STATE_NAME = "dra_health_state"  # kubelet cm/dra manager.go NewManager: filepath.Join(dir, "dra_health_state")

@@ -28,7 +28,8 @@ from typing import Any
 
 import grpc
 
-from harness.interceptors import RecordingClientInterceptor
+from harness.instruments.interceptors import RecordingClientInterceptor
+from harness.instruments.timeline import Timeline
 from harness.kubelet import dracheckpoint
 from harness.kubelet.devicemanager import go_quote_list
 from harness.kubelet.dracheckpoint import ClaimInfoState, Device
@@ -44,8 +45,7 @@ from harness.kubelet.versions import (
     KubeletVersion,
 )
 from harness.kubelet.versions import default as default_version
-from harness.profiles import Profile
-from harness.timeline import Timeline
+from harness.spec.profiles import Profile
 from harness.wire import dra_v1, dra_v1beta1
 
 # kubelet pod_workers.go workerBackOffPeriodJitterFactor = 0.5 (wait.Jitter(backOffPeriod, 0.5)).

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from harness.grpcutil import (
+from harness.instruments.grpcutil import (
     CHANNEL_OPTIONS,
     FAKELET_MAX_RECV_BYTES,
     KUBELET_MAX_RECV_BYTES,
@@ -17,8 +17,8 @@ from harness.grpcutil import (
     status_of,
     unix_target,
 )
-from harness.interceptors import RecordingClientInterceptor, to_dict
-from harness.timeline import Timeline
+from harness.instruments.interceptors import RecordingClientInterceptor, to_dict
+from harness.instruments.timeline import Timeline
 from harness.wire import dp, dp_grpc
 
 _ids = itertools.count(1)

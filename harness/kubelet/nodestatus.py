@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.controlplane.client import ApiError
-from harness.timeline import Timeline
+from harness.instruments.timeline import Timeline
 
 if TYPE_CHECKING:
     from harness.controlplane.client import KubeClient

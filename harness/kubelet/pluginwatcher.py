@@ -23,13 +23,13 @@ import grpc
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
-from harness.grpcutil import CHANNEL_OPTIONS, unix_target
-from harness.interceptors import RecordingClientInterceptor
+from harness.instruments.grpcutil import CHANNEL_OPTIONS, unix_target
+from harness.instruments.interceptors import RecordingClientInterceptor
+from harness.instruments.timeline import Timeline
 from harness.kubelet.devicemanager import DeviceManager, go_quote
 from harness.kubelet.endpoint import go_status
-from harness.kubelet.validation import is_extended_resource_name
-from harness.profiles import Profile
-from harness.timeline import Timeline
+from harness.spec.names import is_extended_resource_name
+from harness.spec.profiles import Profile
 from harness.wire import reg, reg_grpc
 
 PLUGINS_REGISTRY = "plugins_registry"  # kubelet config.DefaultKubeletPluginsRegistrationDirName

@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import grpc
 from google.protobuf.message import Message
 
-from harness.grpcutil import SERVER_OPTIONS, insecure_unix_channel, status_of, unix_target
-from harness.timeline import Timeline
+from harness.instruments.grpcutil import SERVER_OPTIONS, insecure_unix_channel, status_of, unix_target
+from harness.instruments.timeline import Timeline
 from harness.wire import podresources, podresources_grpc
 
 SOCKET_DIR_NAME = "pod-resources"  # kubeletconfig defaults.go DefaultKubeletPodResourcesDirName

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError
+from harness.instruments.timeline import Timeline
 from harness.kubelet.nodestatus import rfc3339
-from harness.timeline import Timeline
 
 if TYPE_CHECKING:
     from harness.controlplane.client import KubeClient
     from harness.kubelet.dramanager import DRAManager
-    from harness.profiles import Profile
+    from harness.spec.profiles import Profile
 
 WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
 RETRY_S = 1.0  # after a failed list or watch: the API server may be restarting

@@ -31,7 +31,7 @@ import yaml
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
-from harness.grpcutil import insecure_unix_channel, unix_target
+from harness.instruments.grpcutil import insecure_unix_channel, unix_target
 from harness.reference import hostile
 from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
 from harness.reference.levelzero_source import LevelZeroSource

@@ -50,7 +50,7 @@ from inotify_simple import flags as IN
 
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.taints import RULE_VERSIONS, rule_matches
-from harness.grpcutil import unix_target
+from harness.instruments.grpcutil import unix_target
 from harness.reference import cdi
 from harness.reference.dra_checkpoint import Checkpoint
 from harness.reference.dra_defects import DRA_DEFECTS

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from harness.grpcutil import KUBELET_MAX_RECV_BYTES, insecure_unix_channel
+from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, insecure_unix_channel
 from harness.kubelet.checkpoint import CHECKPOINT_NAME
 from harness.wire import dp, dp_grpc
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from fake_devices.model import HEALTHY, UNHEALTHY
-from harness.grpcutil import unix_target
+from harness.instruments.grpcutil import unix_target
 from harness.reference.sources import SeenDevice, SysfsSource
 from harness.wire import levelzero as lz
 from harness.wire import levelzero_grpc as lz_grpc

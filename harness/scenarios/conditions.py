@@ -13,15 +13,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from harness.cdispecs import defined_devices
+from harness.instruments.timeline import Event
 from harness.kubelet import checkpoint as dp_checkpoint
 from harness.kubelet.podresources import read_pod_resources
-from harness.node import FakeNode
+from harness.node.fake import FakeNode
 from harness.scenarios.outcomes import Inconclusive
-from harness.timeline import Event
+from harness.world.cdispecs import defined_devices
 
 if TYPE_CHECKING:
-    from harness.scenarios.stage import Stage
+    # The stage as its pod steps see it (Stage is one): conditions look pods up by name.
+    from harness.scenarios.pod_steps import PodSteps as Stage
 
 # Events that carry capacity and allocatable as they were at that moment: a "throughout"
 # expectation is judged on each of them too, so a change that lasted milliseconds is not missed.

@@ -7,8 +7,8 @@ from typing import Any
 
 from fake_devices.scripts import ecc_burst, flap, run_script, temperature_ramp, unplug_replug
 from harness.scenarios.outcomes import Inconclusive
-from harness.scenarios.schema import Step
 from harness.scenarios.state import StageState
+from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import DEVICE_OPS, SCRIPTS, chosen, duration_s
 
 
@@ -32,7 +32,7 @@ class DeviceSteps(StageState):
     def _pod_device(self, name: str) -> str:
         pod = self._pod(name)
         if self.is_dra:
-            from harness.draenv import DRAEnv
+            from harness.world.draenv import DRAEnv
 
             assert isinstance(self.env, DRAEnv)
             for claim in pod.claims:
@@ -105,7 +105,7 @@ class DeviceSteps(StageState):
         self.tell(f"DeviceTaintRule on {device} removed")
 
     def _dra(self) -> Any:
-        from harness.draenv import DRAEnv
+        from harness.world.draenv import DRAEnv
 
         env = self.env
         if not isinstance(env, DRAEnv) or env.taint_rules is None:

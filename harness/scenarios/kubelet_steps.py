@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.kubelet import checkpoint as dp_checkpoint
-from harness.node import AdmissionError
+from harness.node.interface import AdmissionError
 from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive
-from harness.scenarios.schema import Step
 from harness.scenarios.state import StageState
+from harness.scenarios.step import Step
 
 CORRUPT_CHECKPOINT = b"{not a checkpoint"  # what a half-written file looks like to the kubelet's JSON decoder
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.scenarios.schema import Scenario, load
-from harness.subjects import ProfileError, fixtures_dir
+from harness.spec.subjects import ProfileError, fixtures_dir
 
 
 def scenario_dir() -> Path:

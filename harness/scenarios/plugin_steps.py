@@ -6,11 +6,11 @@ from __future__ import annotations
 import signal
 import threading
 
-from harness.interceptors import CallHook, arm_call_hook
+from harness.instruments.interceptors import CallHook, arm_call_hook
+from harness.instruments.timeline import Event, WaitTimeout
 from harness.scenarios.outcomes import Inconclusive, Symptom
-from harness.scenarios.schema import Step
 from harness.scenarios.state import StageState
-from harness.timeline import Event, WaitTimeout
+from harness.scenarios.step import Step
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
 
@@ -99,7 +99,7 @@ class PluginSteps(StageState):
         if self.is_dra:
             return self.env.wait_dra_registered(since)  # type: ignore[attr-defined]
         if self.fake is None:
-            # A real kubelet says so in its log (harness/realnode/localnode.py LOG_EVENTS).
+            # A real kubelet says so in its log (harness/node/real/localnode.py LOG_EVENTS).
             resource = self.env.spec.resource
             return self.env.timeline.wait_for(
                 lambda e: e.kind == "kubelet.connected" and e.get("resource") == resource,

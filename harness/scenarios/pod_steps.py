@@ -3,11 +3,11 @@ bound while the kubelet is down and admitted when it starts."""
 
 from __future__ import annotations
 
-from harness.node import AdmissionError
+from harness.instruments.timeline import WaitTimeout
+from harness.node.interface import AdmissionError
 from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive, PodRecord
-from harness.scenarios.schema import Step
 from harness.scenarios.state import StageState
-from harness.timeline import WaitTimeout
+from harness.scenarios.step import Step
 
 
 class PodSteps(StageState):
@@ -43,7 +43,7 @@ class PodSteps(StageState):
 
     def _create_dra_pod(self, name: str, count: int) -> None:
         from harness.controlplane.scheduler import PodClaim
-        from harness.draenv import DRAEnv
+        from harness.world.draenv import DRAEnv
 
         env = self.env
         assert isinstance(env, DRAEnv)
@@ -66,7 +66,7 @@ class PodSteps(StageState):
 
     def remember_cdi(self, pod: PodRecord) -> None:
         """The CDI IDs the kubelet holds for the pod's prepared claims (kept: they outlive the claim cache)."""
-        from harness.draenv import DRAEnv
+        from harness.world.draenv import DRAEnv
 
         assert isinstance(self.env, DRAEnv)
         for claim in pod.claims:
@@ -77,7 +77,7 @@ class PodSteps(StageState):
     def _delete_pod(self, name: str) -> None:
         pod = self._pod(name)
         if self.is_dra:
-            from harness.draenv import DRAEnv
+            from harness.world.draenv import DRAEnv
 
             assert isinstance(self.env, DRAEnv) and pod.api is not None
             since = self.env.now()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.checks import REAL_KUBELET
-from harness.runconfig import RunConfig
-from harness.subjects import all_subjects
+from harness.config.runconfig import RunConfig
+from harness.spec.checks import REAL_KUBELET
+from harness.spec.subjects import all_subjects
 from reports.model import FAIL, SubjectReport
 
 REPRO_DIR = "repro"
@@ -38,7 +38,7 @@ def write_repros(report: SubjectReport, run: RunConfig, out: Path) -> list[Path]
             **({"subject": run.spec.name} if run.spec.name in bundled else {}),
             **({"defect": run.defect} if run.defect else {}),
             "seed": run.seed,
-            # A real kubelet can judge only the checks written for it (harness/checks.py REAL_KUBELET).
+            # A real kubelet can judge only the checks written for it (harness/spec/checks.py REAL_KUBELET).
             "nodes": ["fake", "real"] if check.id in REAL_KUBELET and not run.spec.is_dra else ["fake"],
             "steps": [{"check": check.id}],
         }

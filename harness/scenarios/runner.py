@@ -25,16 +25,16 @@ from typing import Any
 
 import pytest
 
-from harness.checks import split_install
+from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
-from harness.draenv import DRAEnv
-from harness.env import DPEnv, SubjectUnavailable
-from harness.realnode.localnode import NodeAccess
-from harness.realnode.localnode import unavailable as realnode_unavailable
-from harness.runconfig import RunConfig
+from harness.instruments.timeline import WaitTimeout
+from harness.node.real.localnode import NodeAccess
+from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Scenario
 from harness.scenarios.stage import Inconclusive, Stage, Symptom
-from harness.timeline import WaitTimeout
+from harness.spec.checks import split_install
+from harness.world.draenv import DRAEnv
+from harness.world.env import DPEnv, SubjectUnavailable
 from reports.model import FAIL, PASS, SKIP, CheckResult, SubjectReport
 
 SCENARIO_LEVEL = "MUST"  # a reported bug that reproduces is a conformance failure of the system under test

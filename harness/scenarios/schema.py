@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import ACTIONS, check_step
-from harness.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
+from harness.spec.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
@@ -36,24 +35,6 @@ TOP_KEYS = {"title", "upstream", "correct", "bug", "kind", "subject", "defect", 
 REQUIRED = ("title", "correct", "bug", "kind", "steps")
 CASE_KEYS = {"verdict", "subject", "defect", "node", "kubelet_version", "why"}
 REAL_KEYS = {"affected", "fixed"}
-
-
-@dataclass(frozen=True)
-class Step:
-    action: str  # the one action key: kubelet, plugin, pod, device, wait, expect, ...
-    arg: Any  # the value under that key
-    options: dict[str, Any]  # the step's other keys
-    where: str  # "file:line: steps[N]", for messages about this step
-    index: int
-
-    def describe(self) -> str:
-        """The step as its file wrote it, on one line."""
-        return flow({self.action: self.arg, **self.options})
-
-
-def flow(mapping: dict[str, Any]) -> str:
-    """A mapping as a scenario file writes it, on one line (YAML flow style, outer braces dropped)."""
-    return yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False, width=1000).strip()[1:-1]
 
 
 @dataclass(frozen=True)

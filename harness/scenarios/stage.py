@@ -15,17 +15,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.env import DPEnv
-from harness.interceptors import disarm_call_hooks
-from harness.node import FakeNode
+from harness.instruments.interceptors import disarm_call_hooks
+from harness.instruments.timeline import WaitTimeout
+from harness.node.fake import FakeNode
+from harness.scenarios.conditions import Conditions
 from harness.scenarios.device_steps import DeviceSteps
 from harness.scenarios.kubelet_steps import KubeletSteps
 from harness.scenarios.outcomes import Inconclusive, PodRecord, Symptom
 from harness.scenarios.plugin_steps import CRASH_JOIN_S, PluginSteps
 from harness.scenarios.pod_steps import PodSteps
-from harness.scenarios.schema import Step, flow
+from harness.scenarios.step import Step, flow
 from harness.scenarios.vocabulary import duration_s
-from harness.timeline import WaitTimeout
+from harness.world.env import DPEnv
 
 __all__ = ["Inconclusive", "PodRecord", "Stage", "Symptom", "check_function"]
 
@@ -101,8 +102,6 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
     # -- wait and expect --------------------------------------------------------------------------
 
     def _do_wait(self, step: Step) -> None:
-        from harness.scenarios.conditions import Conditions
-
         within = duration_s(step.options.get("within")) or self.env.profile.reaction_s
         ok, seen = Conditions(self).wait(step.arg, within)
         if not ok:
@@ -110,8 +109,6 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         self.tell(f"ok: {flow(step.arg)} ({seen})")
 
     def _do_expect(self, step: Step) -> None:
-        from harness.scenarios.conditions import Conditions
-
         conditions = Conditions(self)
         if "throughout" in step.options:
             span = duration_s(step.options["throughout"]) or 0.0
@@ -131,7 +128,7 @@ def check_function(check_id: str) -> Callable[[Any], None]:
     """The function of a conformance check, by ID (its one argument is the check's environment)."""
     import importlib
 
-    from harness.checks import CHECK_MODULES
+    from harness.spec.checks import CHECK_MODULES
 
     module = importlib.import_module(CHECK_MODULES[check_id])
     for value in vars(module).values():

@@ -6,15 +6,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from harness.env import DPEnv
-from harness.node import FakeNode
+from harness.node.fake import FakeNode
 from harness.scenarios.outcomes import PodRecord
+from harness.world.env import DPEnv
 
 
 class StageState:
     """Declared here, set by Stage (harness/scenarios/stage.py)."""
 
     env: DPEnv
+    began_ns: int  # the timeline when the scenario began: conditions count calls and dials from here
     pods: dict[str, PodRecord]
     retired: list[Any]  # plugin instances a rolling update replaced, stopped at close
     crashes: list[tuple[threading.Thread, bool, str]]  # fired crashes: thread, restart, call

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cdispecs import left_for_claim
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import PodClaim
 from harness.controlplane.taints import NO_EXECUTE, describe_taint, device_taints, time_added
-from harness.draenv import DRAEnv
-from harness.timeline import WaitTimeout, wall_time
+from harness.instruments.timeline import WaitTimeout, wall_time
+from harness.world.cdispecs import left_for_claim
+from harness.world.draenv import DRAEnv
 
 NAME = "taint-eviction"
 TITLE = "a NoExecute taint on a device under a running pod: eviction, unprepare, CDI cleanup, deallocation"

@@ -43,10 +43,9 @@ Conditions (all given must hold):
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.scenarios.schema import Step
+from harness.scenarios.step import Step
 
 ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "wait", "expect", "story",
            "check")
@@ -306,7 +305,7 @@ def _story(arg: Any, options: dict[str, Any], kind: str) -> Problem:
 
 
 def _check(arg: Any, options: dict[str, Any], kind: str) -> Problem:
-    from harness.checks import SUITES, catalog
+    from harness.spec.checks import SUITES, catalog
 
     known = catalog(SUITES[kind])
     if arg not in known:

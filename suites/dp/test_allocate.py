@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from harness.checks import MUST, SHOULD, check, expect, not_applicable
-from harness.env import DPEnv
-from harness.node import AdmissionError
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.node.interface import AdmissionError
+from harness.spec.checks import MUST, SHOULD, check, expect, not_applicable
 from harness.wire import dp
+from harness.world.env import DPEnv
 
 CONCURRENT_ALLOCATES = 16  # checks.md DP-ALC-06
 # core/v1 validation: env names are C identifiers extended with '-' and '.' (IsEnvVarName).

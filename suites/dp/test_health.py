@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_UNKNOWN
 from fake_devices.scripts import flap, run_script
-from harness.checks import MUST, SHOULD, check, expect, not_exercised
-from harness.devicemap import IDENTITY, DeviceMap
-from harness.env import DPEnv
-from harness.listing import Listing, devices_of
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.checks import MUST, SHOULD, check, expect, not_exercised
+from harness.world.devicemap import IDENTITY, DeviceMap
+from harness.world.env import DPEnv
+from harness.world.listing import Listing, devices_of
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # deviceplugin v1beta1 constants.go
 DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool", "unplug", "plug"))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from harness.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
-from harness.env import DPEnv
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
+from harness.world.env import DPEnv
 
 HEALTH_VALUES = ("Healthy", "Unhealthy")  # deviceplugin v1beta1 constants.go Healthy / Unhealthy
 SHOWN = 12  # device IDs quoted in a verdict

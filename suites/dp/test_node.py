@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.checks import MUST, check, expect, not_exercised
-from harness.env import DPEnv
-from harness.node import AdmissionError
-from harness.probe import ProbeClient
-from harness.realnode.configs import NODE_STATUS_S
-from harness.realnode.view import device_number
-from harness.timeline import Event, WaitTimeout
+from harness.instruments.timeline import Event, WaitTimeout
+from harness.node.interface import AdmissionError
+from harness.node.real.configs import NODE_STATUS_S
+from harness.node.real.view import device_number
+from harness.spec.checks import MUST, check, expect, not_exercised
+from harness.world.env import DPEnv
+from harness.world.probe import ProbeClient
 
 Test = Callable[[int | None, int | None], bool]
 HOLD_S = NODE_STATUS_S  # a state must last one real node-status period to count (wait_held)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import stat
 
-from harness.checks import MUST, SHOULD, check, expect
-from harness.env import DPEnv
 from harness.kubelet.devicemanager import SUPPORTED_VERSIONS, go_join
-from harness.kubelet.validation import endpoint_errors, is_extended_resource_name, qualified_name_errors
-from harness.profiles import DIAL_TIMEOUT_S
+from harness.spec.checks import MUST, SHOULD, check, expect
+from harness.spec.names import endpoint_errors, is_extended_resource_name, qualified_name_errors
+from harness.spec.profiles import DIAL_TIMEOUT_S
+from harness.world.env import DPEnv
 
 # DP-REG-06: how long the kubelet stays away while the plugin starts. Longer than a 10 s
 # dial timeout (the kubelet's own, and what plugins copy), the same in every profile: a

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from harness.checks import MUST, SHOULD, check, expect
-from harness.env import DPEnv
-from harness.timeline import WaitTimeout
+from harness.instruments.timeline import WaitTimeout
+from harness.spec.checks import MUST, SHOULD, check, expect
+from harness.world.env import DPEnv
 
 RESTARTS = 5  # checks.md DP-RST-02
 

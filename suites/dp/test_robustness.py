@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
-from harness.checks import MUST, SHOULD, check, expect
-from harness.env import DPEnv
 from harness.kubelet.devicemanager import go_join
+from harness.spec.checks import MUST, SHOULD, check, expect
+from harness.world.env import DPEnv
 
 
 @check("DP-ROB-01", SHOULD, "on SIGTERM it exits within 10 s and removes its socket")

@@ -6,9 +6,9 @@ import os
 import stat
 from typing import Any
 
-from harness.checks import expect
-from harness.draenv import DRAEnv
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.checks import expect
+from harness.world.draenv import DRAEnv
 
 
 def is_socket(path: str) -> tuple[bool, str]:

@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 
 from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_UNKNOWN
-from harness.checks import SHOULD, check, expect, not_applicable, not_exercised
-from harness.draenv import DRAEnv
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.checks import SHOULD, check, expect, not_applicable, not_exercised
+from harness.world.draenv import DRAEnv
 from suites.dra.common import health_started, registered
 
 HEALTHY, UNHEALTHY = "HEALTHY", "UNHEALTHY"  # dra-health HealthStatus enum

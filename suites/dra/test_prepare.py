@@ -13,8 +13,8 @@ from pathlib import Path
 
 import grpc
 
-from harness.checks import MUST, check, expect
-from harness.draenv import DRAEnv
+from harness.spec.checks import MUST, check, expect
+from harness.world.draenv import DRAEnv
 from suites.dra.common import device_set, prepared, published
 
 # CDI qualified device name "vendor/class=name" (tags.cncf.io/container-device-interface parser.go:

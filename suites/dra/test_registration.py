@@ -6,13 +6,13 @@ from pathlib import Path
 
 import grpc
 
-from harness.checks import MUST, SHOULD, check, expect, not_applicable
-from harness.draenv import HOST_KUBELET_DIR, DRAEnv
-from harness.draprobe import HEALTH, SERVICES, DRAProbe
 from harness.kubelet.pluginwatcher import DRA_PLUGIN, GETINFO_TIMEOUT_S
-from harness.kubelet.validation import is_dns1123_subdomain
 from harness.kubelet.versions import KUBELET_VERSIONS
-from harness.sandbox import SOCKET_PATH_MAX
+from harness.launch.sandbox import SOCKET_PATH_MAX
+from harness.spec.checks import MUST, SHOULD, check, expect, not_applicable
+from harness.spec.names import is_dns1123_subdomain
+from harness.world.draenv import HOST_KUBELET_DIR, DRAEnv
+from harness.world.draprobe import HEALTH, SERVICES, DRAProbe
 from suites.dra.common import health_started, is_socket, registered
 
 # Every GetInfo version string some kubelet we model understands: DRA and health services.

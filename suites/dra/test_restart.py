@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from harness.checks import MUST, SHOULD, check, expect
-from harness.draenv import DRAEnv
+from harness.spec.checks import MUST, SHOULD, check, expect
+from harness.world.draenv import DRAEnv
 from suites.dra.common import is_socket, registered
 
 

@@ -6,10 +6,10 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from harness.checks import MUST, SHOULD, check, expect, not_exercised
-from harness.draenv import DRAEnv
-from harness.kubelet.validation import is_dns1123_label, is_dns1123_subdomain
-from harness.timeline import Event
+from harness.instruments.timeline import Event
+from harness.spec.checks import MUST, SHOULD, check, expect, not_exercised
+from harness.spec.names import is_dns1123_label, is_dns1123_subdomain
+from harness.world.draenv import DRAEnv
 from suites.dra.common import registered
 
 # resource.k8s.io validation (k8s.io/kubernetes pkg/apis/resource/validation/validation.go).

@@ -14,8 +14,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from harness.cdispecs import left_for_claim
-from harness.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
 from harness.controlplane.allocator import AllocationError
 from harness.controlplane.scheduler import PodClaim, claim_body
 from harness.controlplane.taints import (
@@ -26,8 +24,10 @@ from harness.controlplane.taints import (
     device_taints,
     time_added,
 )
-from harness.draenv import DRAEnv
-from harness.timeline import Event, wall_time
+from harness.instruments.timeline import Event, wall_time
+from harness.spec.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
+from harness.world.cdispecs import left_for_claim
+from harness.world.draenv import DRAEnv
 from suites.dra.common import published
 
 EVICT_KEY = "fakelet.example.com/evict"  # the harness's own taint key in the rules it creates

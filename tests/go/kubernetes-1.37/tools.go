@@ -1,6 +1,6 @@
 //go:build tools
 
-// The kubelet of release 1.37 for the real node at --kubelet-version 1.37 (harness/realnode):
+// The kubelet of release 1.37 for the real node at --kubelet-version 1.37 (harness/node/real):
 // this module only pins versions; nothing here is compiled into fakelet.
 package tools
 

@@ -1,0 +1,163 @@
+"""One interceptor per side that puts every gRPC call on the timeline.
+
+Server side: method, request, outcome and duration of each call, each
+streamed message, and the fault plan consulted first. Client side: the same
+for unary calls; stream consumers record their own messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from harness.instruments.faults import FaultPlan
+from harness.instruments.grpcutil import status_of
+from harness.instruments.timeline import Timeline
+
+
+def to_dict(msg: Message | None) -> dict[str, Any]:
+    if msg is None:
+        return {}
+    return MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def method_name(full: str) -> str:
+    return full.rsplit("/", 1)[-1]
+
+
+def _outcome(context: grpc.ServicerContext) -> str:
+    code = context.code()
+    if code is None or code == grpc.StatusCode.OK:
+        return "OK"
+    return f"{code.name}: {context.details()}"
+
+
+class RecordingServerInterceptor(grpc.ServerInterceptor):
+    def __init__(self, timeline: Timeline, source: str, faults: FaultPlan | None = None) -> None:
+        self.timeline, self.source, self.faults = timeline, source, faults
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method = method_name(details.method)
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer)
+        return handler
+
+    def _record(self, method: str, request: Message, t0: float, outcome: str, response: Any = None) -> None:
+        self.timeline.record("grpc.call", self.source, side="server", method=method,
+                             request=to_dict(request), response=to_dict(response),
+                             outcome=outcome, duration_s=round(time.monotonic() - t0, 6))
+
+    def _wrap_unary(self, method: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        def handle(request: Message, context: grpc.ServicerContext) -> Any:
+            t0 = time.monotonic()
+            try:
+                if self.faults is not None:
+                    self.faults.apply(method, context)
+                response = inner(request, context)
+            except BaseException as err:
+                self._record(method, request, t0, _outcome(context) if context.code() else status_of(err))
+                raise
+            self._record(method, request, t0, _outcome(context), response)
+            return response
+        return handle
+
+    def _wrap_stream(self, method: str, inner: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        def handle(request: Message, context: grpc.ServicerContext) -> Iterator[Any]:
+            t0 = time.monotonic()
+            self.timeline.record("grpc.stream_open", self.source, side="server", method=method)
+            outcome = "OK"
+            try:
+                if self.faults is not None:
+                    self.faults.apply(method, context)
+                for message in inner(request, context):
+                    self.timeline.record("grpc.stream_msg", self.source, side="server", method=method,
+                                         message=to_dict(message))
+                    yield message
+            except BaseException as err:
+                outcome = _outcome(context) if context.code() else status_of(err)
+                raise
+            finally:
+                self._record(method, request, t0, outcome)
+        return handle
+
+
+@dataclass(frozen=True)
+class CallHook:
+    """What to do as the next outgoing call of `method` on a timeline's channels is sent, once (a scenario's
+    plugin crash during that call). `before` runs in the calling thread just before the request goes out."""
+
+    method: str
+    before: Callable[[], None]
+
+
+_HOOKS: weakref.WeakKeyDictionary[Timeline, list[CallHook]] = weakref.WeakKeyDictionary()
+_HOOKS_LOCK = threading.Lock()
+
+
+def arm_call_hook(timeline: Timeline, hook: CallHook) -> None:
+    with _HOOKS_LOCK:
+        _HOOKS.setdefault(timeline, []).append(hook)
+
+
+def disarm_call_hooks(timeline: Timeline) -> list[CallHook]:
+    """Remove every hook still armed on the timeline; the ones that never fired."""
+    with _HOOKS_LOCK:
+        return _HOOKS.pop(timeline, [])
+
+
+def _take_call_hook(timeline: Timeline, method: str) -> CallHook | None:
+    with _HOOKS_LOCK:
+        hooks = _HOOKS.get(timeline) or []
+        for hook in hooks:
+            if hook.method == method:
+                hooks.remove(hook)
+                return hook
+    return None
+
+
+class RecordingClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    def __init__(self, timeline: Timeline, source: str) -> None:
+        self.timeline, self.source = timeline, source
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Message) -> Any:
+        t0 = time.monotonic()
+        method = method_name(details.method)
+        hook = _take_call_hook(self.timeline, method)
+        if hook is not None:
+            hook.before()
+        call = continuation(details, request)
+        try:
+            response = call.result()
+        except grpc.RpcError as err:
+            self.timeline.record("grpc.call", self.source, side="client", method=method,
+                                 request=to_dict(request), outcome=status_of(err),
+                                 duration_s=round(time.monotonic() - t0, 6))
+            return call
+        self.timeline.record("grpc.call", self.source, side="client", method=method,
+                             request=to_dict(request), response=to_dict(response), outcome="OK",
+                             duration_s=round(time.monotonic() - t0, 6))
+        return call
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: Any, request: Message) -> Any:
+        self.timeline.record("grpc.stream_open", self.source, side="client",
+                             method=method_name(details.method))
+        return continuation(details, request)

@@ -1,0 +1,315 @@
+"""LocalNode: the Node interface on a real kubelet, against the local control plane's API server.
+
+The kubelet (built from tests/go/kubernetes, like kube-apiserver) and Debian's
+containerd run in a namespace of their own (namespace.py) where:
+
+- /var/lib/kubelet, /var/lib/containerd, /run/containerd and /var/log/{pods,containers}
+  are private tmpfs mounts, so the host's are never touched;
+- the sandbox's device-plugins, plugins_registry and plugins dirs are bound at
+  /var/lib/kubelet/..., so the plugin (which sees the same sandbox dirs) and the
+  kubelet share one socket directory: the kubelet's own socket deletion on start
+  is the real one;
+- the kubelet's PodResources socket is bound out to the sandbox, for the harness.
+
+`LocalShell` is that node's shell (cluster.py's `NodeShell`): local processes in
+the namespace, the runtime read with `ctr`. Everything a check reads goes
+through the API server, as for any real node (cluster.py's `ClusterNode`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inotify_simple import INotify
+from inotify_simple import flags as IN
+
+from harness.controlplane.base import ControlPlaneUnavailable
+from harness.controlplane.client import KubeClient
+from harness.controlplane.local import _free_port as free_port
+from harness.controlplane.local import find_kube_binary
+from harness.instruments.timeline import Timeline
+from harness.launch.owners import owner_tag
+from harness.launch.sandbox import Sandbox
+from harness.node.real import configs, image
+from harness.node.real.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups, remove_cgroups
+from harness.node.real.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
+from harness.node.real.namespace import Daemon, NamespaceError, NodeNamespace
+from harness.node.real.releases import REAL_KUBELET_MODULES
+from harness.spec.profiles import Profile
+
+__all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubelet", "RealNodeUnavailable",
+           "unavailable"]
+
+KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
+HOST_KUBELET_ROOT = "/var/lib/kubelet"  # kubelet --root-dir default; device-plugins under it is fixed
+# /tmp too: the runtime creates a bind mount's missing source directory (a plugin's Allocate answer
+# naming /tmp/<device> in its own private /tmp, as the upstream sample plugin's does) in the node's.
+PRIVATE_DIRS = ["/var/lib/kubelet", "/var/lib/containerd", "/run/containerd", "/var/log/pods",
+                "/var/log/containers", "/tmp"]
+RUNTIME_READY_TIMEOUT_S = 30.0  # containerd to answer `ctr version` (about 1 s here)
+CTR_TIMEOUT_S = 30.0  # one ctr call (an image import included)
+KUBELET_STOP_GRACE_S = 10.0
+KUBELET_READY_TIMEOUT_S = 60.0  # start to kubelet.sock: about 0.8 s here
+EXIT_CHECK_S = 0.5  # while waiting for kubelet.sock, how often to see whether the kubelet died instead
+# Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
+LOG_EVENTS = (
+    # cm/devicemanager/plugin/v1beta1/server.go Register()
+    (re.compile(r'"Got registration request from device plugin with resource" resourceName="(?P<resource>[^"]+)"'),
+     "kubelet.register_received"),
+    # cm/devicemanager/plugin/v1beta1/handler.go connectClient (V(2)): the kubelet dialed the plugin and
+    # called GetDevicePluginOptions, so the registration is accepted
+    (re.compile(r'"Connected to new client" resource="(?P<resource>[^"]+)"'), "kubelet.connected"),
+    # cm/dra/plugin/dra_plugin_manager.go: the driver's gRPC connection is up (it registered)
+    (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*connected=true'), "dra.registered"),
+)
+TOOLS = {"containerd": "Debian package containerd", "ctr": "Debian package containerd",
+         "containerd-shim-runc-v2": "Debian package containerd", "runc": "Debian package runc",
+         "nsenter": "util-linux"}
+
+
+class RealNodeUnavailable(RuntimeError):
+    """This machine cannot run a real kubelet: checks on it skip with this one-line reason."""
+
+
+def unavailable() -> str | None:
+    """Why a real kubelet cannot run here, in one line, or None."""
+    if os.geteuid() != 0:
+        return "the real kubelet needs root (it mounts, creates cgroups and device nodes)"
+    for tool, package in TOOLS.items():
+        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+            return f"{tool} not found ({package})"
+    try:
+        image.find_busybox()
+    except image.ImageError as err:
+        return str(err)
+    return None
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    """Where a real kubelet joins: the API server's kubeconfig (the kubelet's own credentials) and a client."""
+
+    kubeconfig: Path
+    client: KubeClient
+
+
+class LocalShell:
+    """One real kubelet (restartable) and its container runtime, in a namespace of their own, for one sandbox."""
+
+    def __init__(self, sandbox: Sandbox, timeline: Timeline, kubeconfig: Path, node_name: str,
+                 release: str | None = None) -> None:
+        """`release`: the kubelet release to build (harness/node/real/releases.py); None: the default module's."""
+        self.sandbox, self.timeline, self.kubeconfig, self.node_name = sandbox, timeline, Path(kubeconfig), node_name
+        self.release = release
+        self.workdir = sandbox.path / "node"
+        self.podres_dir = self.workdir / "pod-resources"
+        self.runtime_socket = self.workdir / "containerd.sock"
+        # The owner tag lets the next run remove what a SIGKILLed one left (reap_cgroups).
+        self.cgroup_root = f"/{CGROUP_PREFIX}{owner_tag()}-{secrets.token_hex(3)}"
+        self.namespace: NodeNamespace | None = None
+        self.containerd: Daemon | None = None
+        self.kubelet: Daemon | None = None
+        self.starts = 0
+        self.kubelet_binary: Path | None = None
+        self.kubelet_version: str | None = None
+        self.pod_image = image.IMAGE_REF
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.sandbox.plugin_dir / "kubelet.sock"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.podres_dir / "kubelet.sock"
+
+    @property
+    def running(self) -> bool:
+        return self.kubelet is not None and self.kubelet.running
+
+    def prepare(self) -> None:
+        """The namespace, and containerd in it with the pods' image."""
+        if self.namespace is not None:
+            return
+        why = unavailable()
+        if why:
+            raise RealNodeUnavailable(why)
+        try:
+            module = REAL_KUBELET_MODULES[self.release] if self.release is not None else None
+            self.kubelet_binary, self.kubelet_version = find_kube_binary("kubelet", KUBELET_PACKAGE, module)
+        except ControlPlaneUnavailable as err:
+            raise RealNodeUnavailable(str(err).splitlines()[0]) from None
+        reap_cgroups()
+        self.workdir.mkdir(mode=0o700, exist_ok=True)
+        self.podres_dir.mkdir(mode=0o750, exist_ok=True)
+        binds = {str(self.sandbox.plugin_dir): f"{HOST_KUBELET_ROOT}/device-plugins",
+                 str(self.sandbox.registry_dir): f"{HOST_KUBELET_ROOT}/plugins_registry",
+                 str(self.sandbox.plugins_dir): f"{HOST_KUBELET_ROOT}/plugins",
+                 str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
+                 str(self.sandbox.cdi_dir): "/var/run/cdi"}
+        try:
+            # The sandbox and the API server's kubeconfig stay visible under the private /tmp.
+            keep = [str(self.sandbox.path), str(self.kubeconfig.parent)]
+            self.namespace = NodeNamespace(binds, PRIVATE_DIRS, [HOST_KUBELET_ROOT],
+                                           self.workdir / "namespace.log", keep=keep).start()
+            self._start_runtime()
+        except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
+            self.close()
+            raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
+
+    def _start_runtime(self) -> None:
+        assert self.namespace is not None
+        config = self.workdir / "containerd.toml"
+        config.write_text(configs.containerd_toml(self.runtime_socket, image.IMAGE_REF))
+        self.containerd = self.namespace.enter("containerd", ["containerd", "--config", str(config)],
+                                               self.workdir / "containerd.log")
+        deadline = time.monotonic() + RUNTIME_READY_TIMEOUT_S
+        while self._ctr(["version"], check=False).returncode != 0:
+            if not self.containerd.running or time.monotonic() > deadline:
+                raise NamespaceError(f"containerd did not serve {self.runtime_socket}: "
+                                     f"{(self.workdir / 'containerd.log').read_text(errors='replace')[-300:]}")
+            time.sleep(0.05)  # bounded by the deadline: containerd's socket has no readiness event
+        archive = self.workdir / "image.tar"
+        image.write_archive(archive)
+        self._ctr(["-n", "k8s.io", "images", "import", str(archive)])
+        archive.unlink()
+
+    def _ctr(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["ctr", "--address", str(self.runtime_socket), *args], capture_output=True,
+                              text=True, timeout=CTR_TIMEOUT_S)
+        if check and proc.returncode != 0:
+            raise NamespaceError(f"ctr {' '.join(args[:3])} failed: {proc.stderr.strip()[-300:]}")
+        return proc
+
+    def container_spec(self, container_id: str) -> dict[str, Any]:
+        """The container's OCI spec as containerd holds it."""
+        info = json.loads(self._ctr(["-n", "k8s.io", "containers", "info", container_id]).stdout)
+        return info.get("Spec") or {}
+
+    def start_kubelet(self) -> None:
+        assert self.namespace is not None and self.kubelet_binary is not None
+        make_cgroups(self.cgroup_root)
+        config = self.workdir / "kubelet.json"
+        config.write_text(configs.kubelet_config(self.runtime_socket, self.cgroup_root, free_port()))
+        self.starts += 1
+        # Watched before the kubelet runs: its start deletes every socket there, then serves a new kubelet.sock.
+        with INotify() as inotify:
+            inotify.add_watch(self.sandbox.plugin_dir, IN.CREATE | IN.MOVED_TO)
+            self.kubelet = self.namespace.enter("kubelet", [
+                str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
+                "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
+            ], self.workdir / "kubelet.log", on_line=self._on_log)
+            self.timeline.record("kubelet.start", "kubelet", instance=self.starts, real=True,
+                                 socket=str(self.kubelet_socket), pid=self.kubelet.pid)
+            watcher = threading.Thread(target=self._watch_exit, args=(self.kubelet, self.starts), daemon=True,
+                                       name=f"realnode-kubelet-{self.starts}")
+            watcher.start()
+            self._wait_serving(inotify, self.kubelet)
+
+    def _wait_serving(self, inotify: INotify, kubelet: Daemon) -> None:
+        """Return once the kubelet serves its new kubelet.sock, as the fake kubelet's start does: a plugin
+        started earlier would lose its socket to the kubelet's start-up cleanup."""
+        deadline = time.monotonic() + KUBELET_READY_TIMEOUT_S
+        while True:
+            remaining = deadline - time.monotonic()
+            if not kubelet.running or remaining <= 0:
+                why = "exited" if not kubelet.running else f"served no kubelet.sock within {KUBELET_READY_TIMEOUT_S:g}s"
+                raise RealNodeUnavailable(f"the real kubelet {why}:\n{self.kubelet_log_tail(8)}")
+            # inotify's own timeout, in milliseconds; a short one so that an exit is noticed too.
+            events = inotify.read(timeout=int(min(remaining, EXIT_CHECK_S) * 1000))
+            if any(e.name == "kubelet.sock" for e in events):
+                self.timeline.record("kubelet.serving", "kubelet", instance=self.starts, real=True)
+                return
+
+    def _on_log(self, line: str) -> None:
+        """The real kubelet's own word for what the fake kubelet records of registrations."""
+        for pattern, kind in LOG_EVENTS:
+            match = pattern.search(line)
+            if match:
+                self.timeline.record(kind, "kubelet", instance=self.starts, real=True, **match.groupdict(),
+                                     line=line[:300])
+
+    def _watch_exit(self, kubelet: Daemon, instance: int) -> None:
+        """A kubelet that exits on its own is on the timeline with its last words: waits end on it."""
+        code = kubelet.outer.wait()
+        if kubelet is self.kubelet:
+            self.timeline.record("kubelet.exit", "kubelet", instance=instance, real=True, returncode=code,
+                                 log=self.kubelet_log_tail(8))
+
+    def stop_kubelet(self, remove_socket: bool = False) -> None:
+        kubelet, self.kubelet = self.kubelet, None
+        if kubelet is None:
+            return
+        code = kubelet.stop(grace_s=KUBELET_STOP_GRACE_S)
+        if remove_socket:
+            self.kubelet_socket.unlink(missing_ok=True)
+        self.timeline.record("kubelet.stop", "kubelet", instance=self.starts, real=True, returncode=code)
+
+    def close(self) -> None:
+        self.stop_kubelet()
+        if self.containerd is not None:
+            self.containerd.stop()
+            self.containerd = None
+        if self.namespace is not None:
+            self.namespace.stop()
+            self.namespace = None
+        left = remove_cgroups(self.cgroup_root)
+        if left:
+            self.timeline.record("node.cleanup_failed", "node", cgroups=left)
+
+    def kubelet_file(self, name: str) -> Path | None:
+        """The private /var/lib/kubelet/<name> through the namespace's PID 1 (its /proc root sees the
+        namespace's mounts): the kubelet's checkpoints that are not in a directory bound to the sandbox."""
+        if self.namespace is None or self.namespace.init_pid is None:
+            return None
+        return Path(f"/proc/{self.namespace.init_pid}/root{HOST_KUBELET_ROOT}") / name
+
+    def power_off_pods(self) -> int:
+        """Every container task of every pod killed and deleted, as a power cut leaves them: containerd keeps
+        its records (they are on disk), so the kubelet that starts next finds dead sandboxes and makes new ones."""
+        if self.containerd is None:
+            return 0
+        tasks = self._ctr(["-n", "k8s.io", "tasks", "ls", "-q"]).stdout.split()
+        for task in tasks:
+            # delete --force kills the task's processes and returns once they are gone.
+            self._ctr(["-n", "k8s.io", "tasks", "delete", "--force", task], check=False)
+        left = self._ctr(["-n", "k8s.io", "tasks", "ls", "-q"]).stdout.split()
+        if left:
+            raise NamespaceError(f"pods' tasks survived a forced delete: {', '.join(left[:4])}")
+        self.timeline.record("node.power_off_pods", "node", tasks=len(tasks))
+        return len(tasks)
+
+    def kubelet_log_tail(self, lines: int = 15) -> str:
+        try:
+            text = (self.workdir / "kubelet.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalNode(ClusterNode):
+    """The real kubelet on this machine (LocalShell), joined to the run's own API server."""
+
+    def __init__(self, sandbox: Sandbox, timeline: Timeline, profile: Profile, kubeconfig: Path,
+                 client: KubeClient, node_name: str | None = None, release: str | None = None) -> None:
+        node_name = node_name or f"fakelet-real-{secrets.token_hex(4)}"
+        self.sandbox, self.kubeconfig = sandbox, Path(kubeconfig)
+        self.shell: LocalShell = LocalShell(sandbox, timeline, kubeconfig, node_name, release)
+        super().__init__(self.shell, timeline, profile, client, node_name)
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return self.shell.kubelet_socket
+
+    @property
+    def workdir(self) -> Path:
+        return self.shell.workdir

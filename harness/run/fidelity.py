@@ -1,0 +1,259 @@
+"""`fakelet fidelity`: the same checks on the fake kubelet and on the real one, side by side.
+
+For each target (a subject, as a mutant or not) it runs every check that can run
+on a real kubelet (`checks.REAL_KUBELET`, the DP-NODE family) twice, once on
+each kubelet, and writes a table: check x target x {fake, real} verdicts, with
+the reaction times each kubelet's run measured. A verdict that differs is a
+*fidelity gap* unless fixtures/fidelity.yaml lists it as a known, explained
+limitation of the fake; an unexplained gap makes the command exit 1.
+
+Targets and known gaps come from fixtures/fidelity.yaml (or --targets FILE),
+or from --subject/--defect on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.runconfig import RunConfig
+from harness.spec.checks import REAL_KUBELET, catalog
+from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
+from reports.model import NOT_EXERCISED, SKIP, SubjectReport
+
+DEFAULT_TARGETS = "fidelity.yaml"  # under fixtures/
+NODES = ("fake", "real")
+TARGET_FIELDS = {"subject", "defect"}
+KNOWN_FIELDS = {"subject", "defect", "check", "fake", "real", "why"}
+UNEXERCISED = {NOT_EXERCISED, SKIP}  # nothing to compare: the table says why
+
+
+@dataclass(frozen=True)
+class Target:
+    subject: str
+    defect: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.subject + (f" --defect {self.defect}" if self.defect else "")
+
+    @property
+    def slug(self) -> str:
+        return self.subject + (f"-{self.defect}" if self.defect else "")
+
+
+@dataclass(frozen=True)
+class Known:
+    """A verdict difference the fake kubelet is known to have, and why (each one is in the README)."""
+
+    target: Target
+    check: str
+    fake: str
+    real: str
+    why: str
+
+
+@dataclass
+class Row:
+    target: Target
+    check: str
+    fake: str
+    real: str
+    fake_measured: dict[str, float] = field(default_factory=dict)
+    real_measured: dict[str, float] = field(default_factory=dict)
+    known: Known | None = None
+    detail: str = ""  # the real kubelet's side of a gap
+
+    @property
+    def compared(self) -> bool:
+        return self.fake not in UNEXERCISED and self.real not in UNEXERCISED
+
+    @property
+    def gap(self) -> bool:
+        """A difference nobody has explained: the fidelity test fails on it."""
+        return self.compared and self.fake != self.real and self.known is None
+
+
+@dataclass
+class Table:
+    rows: list[Row] = field(default_factory=list)
+    wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(NODES, 0.0))
+    stale_known: list[Known] = field(default_factory=list)  # listed, but the verdicts now agree
+
+    def gaps(self) -> list[Row]:
+        return [r for r in self.rows if r.gap]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [{"subject": r.target.subject, "defect": r.target.defect, "check": r.check, "fake": r.fake,
+                      "real": r.real, "fake_measured": r.fake_measured, "real_measured": r.real_measured,
+                      "known": r.known.why if r.known else None, "gap": r.gap, "detail": r.detail}
+                     for r in self.rows],
+            "wall_s": self.wall_s, "gaps": len(self.gaps()),
+            "stale_known": [dataclasses.asdict(k) for k in self.stale_known],
+        }
+
+
+def _fields(item: Any, allowed: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise ProfileError(f"{where}: expected a mapping, got {type(item).__name__}")
+    unknown = sorted(set(item) - allowed)
+    if unknown:
+        raise ProfileError(f"{where}: unknown field(s) {unknown}; known: {sorted(allowed)}")
+    if not isinstance(item.get("subject"), str):
+        raise ProfileError(f"{where}: subject: a subject name is required")
+    return item
+
+
+def load_targets(path: Path) -> tuple[list[Target], list[Known]]:
+    doc = load_yaml(path)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    targets, known = [], []
+    for n, item in enumerate(data.get("targets") or []):
+        f = _fields(item, TARGET_FIELDS, f"{path}: targets[{n}]")
+        targets.append(Target(f["subject"], f.get("defect")))
+    for n, item in enumerate(data.get("known") or []):
+        where = f"{path}: known[{n}]"
+        f = _fields(item, KNOWN_FIELDS, where)
+        for name in ("check", "fake", "real", "why"):
+            if not isinstance(f.get(name), str) or not f[name].strip():
+                raise ProfileError(f"{where}: {name}: required (a known gap says which check, both verdicts, why)")
+        known.append(Known(Target(f["subject"], f.get("defect")), f["check"], f["fake"], f["real"], f["why"]))
+    if not targets:
+        raise ProfileError(f"{path}: targets: at least one {{subject: NAME}} is required")
+    return targets, known
+
+
+def default_targets_file() -> Path:
+    return fixtures_dir() / DEFAULT_TARGETS
+
+
+def node_checks() -> list[str]:
+    catalog("suites.dp")
+    return sorted(REAL_KUBELET)
+
+
+def is_mutant(target: Target) -> bool:
+    """A defect some check must catch (a benign behaviour kills nothing)."""
+    if target.defect is None:
+        return False
+    defect = load_subject(target.subject).defects.get(target.defect)
+    return defect is not None and bool(defect.kills)
+
+
+def build_runs(target: Target, args: argparse.Namespace, out: Path) -> dict[str, RunConfig]:
+    """The target's run on each kubelet: the same checks, profile, seed and bound; only the node differs.
+
+    Mutants run under --mutant-bound (as the kill matrix does), so that catching a plugin that never
+    reacts costs seconds; the reference and benign behaviours under the kubelet's own bounds."""
+    bound = args.mutant_bound if is_mutant(target) else None
+    return {node: RunConfig.build(subject=target.subject, defect=target.defect, profile=args.profile,
+                                  seed=args.seed, checks=node_checks(), out=str(out / target.slug / node),
+                                  node=node, reaction_bound=bound)
+            for node in NODES}
+
+
+def compare(target: Target, reports: dict[str, SubjectReport], known: list[Known]) -> list[Row]:
+    by_node = {node: {c.id: c for c in r.checks} for node, r in reports.items()}
+    rows = []
+    for check_id in node_checks():
+        fake, real = by_node["fake"].get(check_id), by_node["real"].get(check_id)
+        row = Row(target, check_id, fake.verdict if fake else "missing", real.verdict if real else "missing",
+                  dict(fake.measured) if fake else {}, dict(real.measured) if real else {})
+        row.known = next((k for k in known if k.target == target and k.check == check_id
+                          and (k.fake, k.real) == (row.fake, row.real)), None)
+        if row.fake != row.real:
+            row.detail = ((real.detail if real and real.detail else "") or (fake.detail if fake else ""))[:400]
+        rows.append(row)
+    return rows
+
+
+def stale(known: list[Known], rows: list[Row]) -> list[Known]:
+    """Known gaps whose target ran and whose verdicts no longer differ that way: the list should shrink."""
+    ran = {(r.target, r.check): r for r in rows}
+    return [k for k in known if (k.target, k.check) in ran and ran[(k.target, k.check)].known is None]
+
+
+def _measured(m: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}s" for k, v in sorted(m.items())) or "-"
+
+
+def markdown(table: Table) -> str:
+    lines = ["# fakelet fidelity: the fake kubelet beside the real one", "",
+             f"Wall time of the same checks, both kubelets side by side: fake {table.wall_s['fake']:.1f}s, "
+             f"real {table.wall_s['real']:.1f}s"
+             + (f" (the fake is {table.wall_s['real'] / table.wall_s['fake']:.1f}x faster)"
+                if table.wall_s["fake"] > 0 else ""), "",
+             "| target | check | fake | real | fake measured | real measured | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in table.rows:
+        note = "GAP: " + r.detail.replace("|", "/").replace("\n", " ")[:200] if r.gap else \
+            (f"known: {r.known.why}" if r.known else "")
+        lines.append(f"| {r.target.name} | {r.check} | {r.fake} | {r.real} | {_measured(r.fake_measured)} | "
+                     f"{_measured(r.real_measured)} | {note} |")
+    gaps = table.gaps()
+    lines += ["", f"**{len(gaps)} unexplained difference(s)**" if gaps else "**no unexplained difference**"]
+    if table.stale_known:
+        lines += ["", "Listed as known but now agreeing (remove from fixtures/fidelity.yaml): "
+                  + ", ".join(f"{k.target.name} {k.check}" for k in table.stale_known)]
+    return "\n".join(lines) + "\n"
+
+
+def run_both(args: argparse.Namespace, runs: dict[str, RunConfig], out: Path, run_one: Any,
+             wall_s: dict[str, float]) -> dict[str, SubjectReport]:
+    """One target on both kubelets at once (most of either run is waiting); each side's wall time added up."""
+    reports: dict[str, SubjectReport] = {}
+    errors: list[BaseException] = []
+
+    def one(node: str) -> None:
+        started = time.monotonic()
+        try:
+            reports[node] = run_one(args, runs[node], out / node)
+        except BaseException as err:  # re-raised below, in the caller's thread
+            errors.append(err)
+        wall_s[node] += time.monotonic() - started
+
+    if getattr(args, "serial", False):  # for timing each side alone (benchmarks/p6_fake_vs_real.py)
+        for node in NODES:
+            one(node)
+        if errors:
+            raise errors[0]
+        return reports
+    threads = [threading.Thread(target=one, args=(node,), name=f"fidelity-{node}") for node in NODES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return reports
+
+
+def run(args: argparse.Namespace, targets: list[Target], known: list[Known], out: Path,
+        run_one: Any, shared_plane: Any, say: Any = print) -> Table:
+    """Run every target on both kubelets (run_one and shared_plane come from the CLI: one code path)."""
+    table = Table()
+    plans = [(t, build_runs(t, args, out)) for t in targets]
+    plane = shared_plane([r for _, runs in plans for r in runs.values()])
+    try:
+        for target, runs in plans:
+            reports = run_both(args, runs, out / target.slug, run_one, table.wall_s)
+            rows = compare(target, reports, known)
+            table.rows += rows
+            for r in rows:
+                mark = "GAP " if r.gap else ("known " if r.known else "")
+                say(f"{target.name:40} {r.check:11} fake {r.fake:13} real {r.real:13} {mark}".rstrip())
+    finally:
+        if plane is not None:
+            plane.stop()
+    table.stale_known = stale(known, table.rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.json").write_text(json.dumps(table.to_dict(), indent=2) + "\n")
+    (out / "fidelity.md").write_text(markdown(table))
+    return table
