@@ -39,6 +39,8 @@ DEFAULT_SOCKET = "/var/lib/levelzero/server.sock"  # intel-device-plugins cmd/in
 ZE_RESULT_ERROR_INVALID_ARGUMENT = 0x78000004  # level-zero ze_api.h ze_result_t
 MEMORY_OFFSET_C = 5.0  # the fake's memory sensor reads this much below the GPU's
 SOURCE = "levelzero"
+# What a plugin asks the sidecar when it watches each capability (the coverage facts).
+CAPABILITY_METHODS = {"health": "GetDeviceHealth", "temperature": "GetDeviceTemperature"}
 
 
 class _Service(lz_grpc.LevelzeroServicer):
@@ -151,7 +153,7 @@ class LevelZeroSidecar:
 
     def reads(self, capability: str) -> bool:
         """Whether the plugin asked the sidecar about `capability` (health, temperature)."""
-        method = {"health": "GetDeviceHealth", "temperature": "GetDeviceTemperature"}.get(capability)
+        method = CAPABILITY_METHODS.get(capability)
         with self._lock:
             return method is not None and self.calls.get(method, 0) > 0
 

@@ -22,7 +22,14 @@ from pathlib import Path
 import pytest
 
 from fake_devices.materialize import skin_parts
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
+from harness.reference.defects import (
+    DP_BENIGN,
+    DP_DEFECTS,
+    DP_HOSTILE,
+    DP_LEVELZERO_BENIGN,
+    DP_LEVELZERO_DEFECTS,
+    DP_NVML_DEFECTS,
+)
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.spec.subjects import SubjectSpec, load_subject
 from suites.dp.test_health import SURFACE_CHECKS
@@ -42,6 +49,9 @@ RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 REFERENCE_JOBS = "5"  # checks at once in a run under the kubelet's own bounds (the reference, benign behaviours)
 MUTANT_REACTION_BOUND_S = "4"  # seconds: long enough for a prompt plugin under a loaded CI machine
 BENIGN = set(DP_BENIGN)
+# Benign behaviours by subject: each runs under the kubelet's own bounds, never as a mutant.
+BENIGN_CASES = [("reference-dp", b) for b in sorted(DP_BENIGN)] + \
+    [("reference-levelzero", b) for b in sorted(DP_LEVELZERO_BENIGN)]
 HOSTILE_CORPUS_MIN = 30  # issue 13: at least this many hostile behaviours, each with a verdict and a wall bound
 
 
@@ -71,7 +81,9 @@ def test_profile_documents_every_defect() -> None:
     assert all(SPEC.defects[b].kills == [] for b in BENIGN)
     assert set(DRA_SPEC.defects) == set(DRA_DEFECTS)
     assert set(NVML_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_NVML_DEFECTS)
-    assert set(LEVELZERO_SPEC.defects) == {"stuck-unhealthy", "ignore-temperature"} | set(DP_LEVELZERO_DEFECTS)
+    assert set(LEVELZERO_SPEC.defects) == ({"stuck-unhealthy", "ignore-temperature"} | set(DP_LEVELZERO_DEFECTS)
+                                           | set(DP_LEVELZERO_BENIGN))
+    assert all(LEVELZERO_SPEC.defects[b].kills == [] for b in DP_LEVELZERO_BENIGN)
     assert set(NVML_GO_SPEC.defects) == {"never-recovers", "app-xid-fatal", "ignores-xid79", "ignores-temperature",
                                          "wait-error-keeps-healthy"}
     assert set(NVML_DRA_GO_SPEC.defects) == {"never-recovers", "app-xid-fatal", "ignores-xid79", "ignores-temperature",
@@ -127,12 +139,12 @@ def test_reference_passes_everything(subject: str, tmp_path: Path, request: pyte
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("behaviour", sorted(BENIGN))
-def test_benign_behaviour_passes_everything(behaviour: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("subject", "behaviour"), BENIGN_CASES)
+def test_benign_behaviour_passes_everything(subject: str, behaviour: str, tmp_path: Path) -> None:
     before = set(Path(tempfile.gettempdir()).glob("reference-dp-scratch-*"))
     # The checks its quirk can touch (its `checks:`): the reference run covers every other one.
-    only = [a for c in SPEC.defects[behaviour].checks or [] for a in ("--check", c)]
-    code, report = fakelet_run(tmp_path, "--defect", behaviour, "--jobs", REFERENCE_JOBS, *only)
+    only = [a for c in SPECS[subject].defects[behaviour].checks or [] for a in ("--check", c)]
+    code, report = fakelet_run(tmp_path, "--defect", behaviour, "--jobs", REFERENCE_JOBS, *only, subject=subject)
     bad = {c["id"] for c in report["checks"] if c["verdict"] != "pass"}
     assert not bad, explain(report, bad)
     assert code == 0 and report["summary"]["status"] == "CONFORMANT"
@@ -142,7 +154,7 @@ def test_benign_behaviour_passes_everything(behaviour: str, tmp_path: Path) -> N
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("subject", "defect"),
-                         [(s, d) for s, d in CASES if d is not None and d not in BENIGN])
+                         [(s, d) for s, d in CASES if d is not None and (s, d) not in BENIGN_CASES])
 def test_mutant_fails_exactly_its_checks(subject: str, defect: str, tmp_path: Path,
                                          request: pytest.FixtureRequest) -> None:
     spec = SPECS[subject]

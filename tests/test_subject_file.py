@@ -104,6 +104,8 @@ BAD_FILES = [
     ("no-inventory", DP_HEAD + "backend:\n  inventory: nope.yaml\n", "my.yaml:6: backend.inventory: no inventory"),
     ("thermal", DP_HEAD + "backend:\n  inventory: hw/my-inventory.yaml\n  thermal: {threshold_c: hot}\n",
      "my.yaml:7: backend.thermal.threshold_c: must be a number, got str"),
+    ("poll", DP_HEAD + "backend:\n  inventory: hw/my-inventory.yaml\n  poll_s: 0\n",
+     "my.yaml:7: backend.poll_s: must be greater than 0"),
     ("private-dirs", DP_HEAD + "private_dirs: [/tmp]\n", "my.yaml:5: private_dirs: needs launcher: mount-namespace"),
     ("relative-private-dir", DP_HEAD + "launcher: mount-namespace\nprivate_dirs: [tmp]\n",
      "my.yaml:6: private_dirs[0]: must be an absolute path"),
@@ -223,6 +225,10 @@ def test_new_schema_fields(tmp_path: Path) -> None:
     path = write_subject(tmp_path, good_yaml(pass_env=["HOME"], devices={"ids": "opaque", "map": {"card0": "gpu-0"}}))
     spec = load_subject_file(path)
     assert spec.pass_env == ["HOME"] and spec.opaque_ids and spec.device_map == {"card0": "gpu-0"}
+    polled = load_subject_file(write_subject(tmp_path, good_yaml(backend={
+        "inventory": "inventories/basic.yaml", "poll_s": 5, "thermal": {"threshold_c": 100}}), "polled.yaml"))
+    assert polled.poll_s == 5.0 and polled.thermal == (100.0, 5.0)
+    assert SubjectSpec.from_dict(polled.to_dict()).poll_s == 5.0
 
 
 def test_placeholder_sets_match_the_environments() -> None:

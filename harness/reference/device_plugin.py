@@ -33,7 +33,14 @@ from inotify_simple import flags as IN
 
 from harness.instruments.grpcutil import insecure_unix_channel, unix_target
 from harness.reference import hostile
-from harness.reference.defects import DP_BENIGN, DP_DEFECTS, DP_HOSTILE, DP_LEVELZERO_DEFECTS, DP_NVML_DEFECTS
+from harness.reference.defects import (
+    DP_BENIGN,
+    DP_DEFECTS,
+    DP_HOSTILE,
+    DP_LEVELZERO_BENIGN,
+    DP_LEVELZERO_DEFECTS,
+    DP_NVML_DEFECTS,
+)
 from harness.reference.levelzero_source import LevelZeroSource
 from harness.reference.nvml_source import DeviceNodeFallback, NvmlError, NvmlSource
 from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
@@ -580,7 +587,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
-    every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS
+    every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS | DP_LEVELZERO_BENIGN
     parser.add_argument("--defect", choices=sorted(every),
                         help="run as a mutant with this bug, or with this benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",

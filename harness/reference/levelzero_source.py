@@ -9,6 +9,9 @@ An unreachable sidecar makes every device Unhealthy (nothing vouches for them).
 
 Mutant (harness/reference/defects.py): `sidecar-down-keeps-healthy` (while the
 sidecar is unreachable it keeps reporting what sysfs says, healthy GPUs included).
+Benign: `late-sidecar-client` (its sidecar client is ready only LATE_CLIENT_S after
+start, as Intel's, whose first poll comes one 5 s period in: until then it lists the
+GPUs as sysfs shows them, and asks nothing).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +36,7 @@ log = logging.getLogger("reference-dp")
 ZE_RESULT_ERROR_INVALID_ARGUMENT = 0x78000004  # level-zero ze_api.h: what the sidecar says of an unknown BDF
 POLL_S = 1.0  # how often the sidecar is asked, besides on sysfs changes
 CALL_TIMEOUT_S = 2.0
+LATE_CLIENT_S = 5.0  # late-sidecar-client: Intel's GPU plugin first asks its sidecar one 5 s poll period in
 
 
 class LevelZeroSource(SysfsSource):
@@ -41,12 +46,16 @@ class LevelZeroSource(SysfsSource):
         self.channel = grpc.insecure_channel(unix_target(str(socket_path)))
         self.stub = lz_grpc.LevelzeroStub(self.channel)
         self._stop = threading.Event()
+        late = defect == "late-sidecar-client"
+        self._client_ready_at = time.monotonic() + (LATE_CLIENT_S if late else 0.0)
         self.wake_r, self._wake_w = os.pipe()  # the plugin's loop reads this: "look again"
         self._thread = threading.Thread(target=self._poll, daemon=True, name="levelzero-poll")
         self._thread.start()
 
     def _read_one(self, d: Path) -> SeenDevice:
         seen = super()._read_one(d)
+        if time.monotonic() < self._client_ready_at:
+            return seen  # its client is still connecting in the background: nothing to ask yet
         bdf = (d / "pci_address").read_text().strip()
         try:
             health = self.stub.GetDeviceHealth(lz.DeviceId(bdfAddress=bdf), timeout=CALL_TIMEOUT_S)

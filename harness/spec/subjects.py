@@ -142,6 +142,9 @@ class SubjectSpec:
     backend: dict[str, str] | None = None
     observes: list[str] = field(default_factory=list)
     thermal: tuple[float, float] = DEFAULT_THERMAL
+    # How often the plugin polls its health source (backend.poll_s), when the subject says: coverage
+    # waits for its first read that long (twice, capped at T) instead of the whole of T.
+    poll_s: float | None = None
     source: str = "<flags>"
     reference: bool = False
     driver: str | None = None  # a DRA subject's driver name (its `resource` is the same)
@@ -357,6 +360,10 @@ def _non_negative(value: int) -> str | None:
     return "must not be negative" if value < 0 else None
 
 
+def _positive(value: float) -> str | None:
+    return "must be greater than 0" if value <= 0 else None
+
+
 def _subject_name(value: str) -> str | None:
     return None if SUBJECT_NAME.fullmatch(value) else "must be letters, digits, '.', '_' or '-' (it names files)"
 
@@ -422,6 +429,7 @@ SCHEMA: dict[str, Field] = {
         "skin": Field((str,), choices=SKINS),
         "observes": OBSERVES,
         "thermal": Field((dict,), keys={"threshold_c": NUMBER, "hysteresis_c": NUMBER}),
+        "poll_s": Field((int, float), check=_positive),
     }),
     "observes": OBSERVES,  # older spelling of backend.observes, for subjects without a backend
     "requires": Field((dict,), keys={
@@ -602,6 +610,7 @@ def _backend(doc: dict[str, Any], base_dir: Path | None, where: str, lines: dict
     thermal = backend.get("thermal") or {}
     return {"backend": {"inventory": inventory, "skin": backend.get("skin", DEFAULT_SKIN)},
             "observes": list(backend.get("observes") or []),
+            "poll_s": float(backend["poll_s"]) if "poll_s" in backend else None,
             "thermal": (float(thermal.get("threshold_c", DEFAULT_THERMAL[0])),
                         float(thermal.get("hysteresis_c", DEFAULT_THERMAL[1])))}
 

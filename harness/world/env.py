@@ -11,14 +11,17 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fake_devices.access import AccessTrace
+from fake_devices.access import READ_EVENT, AccessTrace
 from fake_devices.backend import DeviceBackend
+from fake_devices.levelzero import CAPABILITY_METHODS, LevelZeroSidecar
 from fake_devices.levelzero import DEFAULT_SOCKET as LEVELZERO_SOCKET
-from fake_devices.levelzero import LevelZeroSidecar
 from fake_devices.model import Inventory
+from fake_devices.nvml.surface import CALL_EVENT as NVML_CALL_EVENT
+from fake_devices.nvml.surface import CAPABILITY_CALLS
 from harness.instruments.filewatch import FileWatch
 from harness.instruments.timeline import Event, Timeline
 from harness.kubelet.versions import KubeletVersion
@@ -53,8 +56,26 @@ if TYPE_CHECKING:
 
 REGISTRATION_KINDS = ("kubelet.register", "kubelet.register_received", "kubelet.start", "kubelet.stop",
                       "process.exit", "fault.fired")
+READ_NOTES = {
+    "levelzero": "the plugin asked the Level-Zero sidecar for {capability}, so it is held to it",
+    "nvml": "the plugin watched the fake GPUs' {capability} through NVML, so it is held to it",
+    "sysfs": "the plugin read the fake hardware's {capability} source, so it is held to it",
+}
+COVERAGE_POLLS = 2  # poll periods coverage waits for a first read, when the subject declares its period
 # Rejections no retry can fix: the plugin asked for something the kubelet never accepts.
 PERMANENT_REJECTIONS = ("is not supported by kubelet", "is invalid")
+
+
+def reads_event(event: Event, capability: str, surface: str | None = None) -> bool:
+    """Whether `event` is the plugin reading `capability` through `surface` (or any): each surface puts its
+    first read of a source on the timeline (hw.read, nvml.call, levelzero.call)."""
+    if event.kind == READ_EVENT and surface in (None, "sysfs"):
+        return capability == "hotplug" or event.get("group") == capability
+    if event.kind == NVML_CALL_EVENT and surface in (None, "nvml"):
+        return event.get("call") in CAPABILITY_CALLS[capability]
+    if event.kind == "levelzero.call" and surface in (None, "levelzero"):
+        return event.get("method") == CAPABILITY_METHODS.get(capability)
+    return False
 
 
 class SubjectUnavailable(RuntimeError):
@@ -516,38 +537,104 @@ class DPEnv:
     def drives(self, capability: str) -> bool:
         """Whether fakelet can drive `capability` (health, temperature, hotplug) for this plugin.
 
-        Yes when the subject says the plugin observes it, or when the access trace shows the
-        plugin read that source of the fake hardware (then it is held to it).
+        Yes when the subject says the plugin observes it, or when a surface shows the plugin read
+        that source of the fake hardware (then it is held to it). Known now, without waiting.
         """
         if self.devices is None:
             return False
         if capability in self.spec.observes:
             return True
-        if self.levelzero is not None and self.levelzero.reads(capability):
-            self.note(f"the plugin asked the Level-Zero sidecar for {capability}, so it is held to it")
-            return True
-        nvml = self.devices.nvml
-        if nvml is not None and nvml.reads(capability):
-            self.note(f"the plugin watched the fake GPUs' {capability} through NVML, so it is held to it")
-            return True
-        trace = self.access
-        if trace is None:
-            return False
-        read = {"health": trace.reads_health_source, "temperature": trace.reads_temperature_source,
-                "hotplug": lambda: bool(trace.reads())}[capability]()
-        if read:
-            self.note(f"the plugin read the fake hardware's {capability} source, so it is held to it")
-        return read
+        via = self.read_via(capability)
+        if via is not None:
+            self.note(READ_NOTES[via].format(capability=capability))
+        return via is not None
 
-    def require_drive(self, capability: str) -> None:
+    def read_via(self, capability: str, surface: str | None = None) -> str | None:
+        """The surface ("levelzero", "nvml", "sysfs") through which the plugin has read `capability` so far,
+        or None; with `surface`, only that one counts."""
+        if self.devices is None:
+            return None
+        sources: dict[str, Callable[[], bool]] = {}
+        if self.levelzero is not None:
+            sources["levelzero"] = lambda: self.levelzero is not None and self.levelzero.reads(capability)
+        if self.devices.nvml is not None:
+            sources["nvml"] = lambda: self.devices is not None and self.devices.nvml is not None \
+                and self.devices.nvml.reads(capability)
+        if self.access is not None:
+            trace = self.access
+            sources["sysfs"] = {"health": trace.reads_health_source, "temperature": trace.reads_temperature_source,
+                                "hotplug": lambda: bool(trace.reads())}[capability]
+        return next((name for name, read in sources.items() if (surface is None or name == surface) and read()),
+                    None)
+
+    def coverage_window_s(self) -> float:
+        """How long coverage waits for the plugin's first read of a source: T, or two of the poll periods its
+        subject declares when that is shorter (a client that connects in the background polls a period late)."""
+        poll = self.spec.poll_s
+        if poll is None:
+            return self.profile.reaction_s
+        return min(self.profile.reaction_s, COVERAGE_POLLS * poll)
+
+    def coverage_window(self) -> str:
+        """The coverage wait, said with where it comes from (for a not-exercised detail)."""
+        window, poll = self.coverage_window_s(), self.spec.poll_s
+        if poll is not None and window < self.profile.reaction_s:
+            return f"{window:g}s ({COVERAGE_POLLS} of its {poll:g}s poll periods, from {self.spec.where('backend')})"
+        return f"{window:g}s (T, the kubelet's reaction bound)"
+
+    def await_read(self, capability: str, surface: str | None = None, since_ns: int | None = None) -> str | None:
+        """Wait for the plugin's first read of `capability` (through `surface`, or any), up to the coverage window
+        counted from `since_ns` (default now); it ends at once on that read, or when the plugin exits.
+        The surface it read through, or None."""
+        scan_from = self.now()
+        via = self.read_via(capability, surface)
+        if via is not None:
+            return via
+        start = scan_from if since_ns is None else since_ns
+        remaining = (start - scan_from) / 1e9 + self.coverage_window_s()
+        if remaining > 0:
+            # Judged by the event alone: the wait holds the timeline's lock, which a surface's own lock
+            # must never be taken under (the sidecar records while holding its lock).
+            self.timeline.wait_quiet(lambda e: self._exit_abort(e) or reads_event(e, capability, surface),
+                                     remaining, scan_from)
+        return self.read_via(capability, surface)
+
+    def read_summary(self) -> str:
+        """What the plugin read of the fake hardware, through every surface it has: sysfs files, NVML calls,
+        Level-Zero sidecar calls."""
+        parts = []
+        if self.devices is not None and self.devices.nvml is not None:
+            parts.append(f"its NVML calls: {self.devices.nvml.summary() or 'none'}")
+        if self.levelzero is not None:
+            parts.append(f"its Level-Zero sidecar calls: {self.levelzero.summary() or 'none'}")
+        read = self.access.summary() if self.access is not None else {}
+        files = sorted(f for group in read.values() for f in group)
+        if files:
+            parts.append(f"files it read: {', '.join(files[:6])}{' ...' if len(files) > 6 else ''}")
+        elif not parts:
+            parts.append("it read none of the fake hardware's files")
+        else:
+            parts.append("no fake hardware file")
+        return "; ".join(parts)
+
+    def require_drive(self, capability: str, since_ns: int | None = None) -> None:
+        """Go on when fakelet drives `capability` for this plugin; else, once the coverage window from `since_ns`
+        (default now) has passed without the plugin reading it, end the check as not exercised."""
         if self.drives(capability):
             return
         if self.devices is None:
             not_exercised("fakelet drives no fake hardware for this subject (give it --inventory or a backend)")
-        read = self.access.summary() if self.access is not None else {}
-        files = sorted(f for group in read.values() for f in group)
-        seen = f"files it read: {', '.join(files[:6])}" if files else "it read none of the fake hardware's files"
-        not_exercised(f"the plugin read no {capability} source that fakelet drives ({seen})")
+        self.await_read(capability, since_ns=since_ns)
+        if self.drives(capability):
+            return
+        not_exercised(f"the plugin read no {capability} source that fakelet drives in the {self.coverage_window()} "
+                      f"fakelet waited for its first read ({self.read_summary()})")
+
+    def require_surface_read(self, capability: str, surface: str, what: str) -> None:
+        """As require_drive, through one vendor surface ("nvml", "levelzero"): `what` names the missing read."""
+        if self.await_read(capability, surface) is None:
+            not_exercised(f"{what} in the {self.coverage_window()} fakelet waited for its first read "
+                          f"({self.read_summary()})")
 
     def any_inventory_device(self, reg: Event, listing: Listing) -> str:
         """An inventory device to change: a mapped one if any, else the first present one."""

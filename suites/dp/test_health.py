@@ -202,8 +202,7 @@ def ready_nvml(env: DPEnv) -> tuple[Event, Target]:
     if nvml is None:  # before anything starts: without the surface there is nothing to judge
         not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
     reg, t = ready(env, "health")
-    if not nvml.reads("health"):
-        not_exercised(f"the plugin watches no NVML events (its NVML calls: {nvml.summary() or 'none'})")
+    env.require_surface_read("health", "nvml", "the plugin watched no NVML events")
     return reg, t
 
 
@@ -272,8 +271,7 @@ def test_a_plugin_without_its_sidecar_advertises_no_healthy_gpu(dp_env: DPEnv) -
     if sidecar is None:  # before anything starts: without the sidecar there is nothing to judge
         not_exercised("the fake hardware has no Level-Zero sidecar (the drm skin serves one)")
     reg, t = ready(env, "health")
-    if not sidecar.reads("health"):
-        not_exercised(f"the plugin never asked the Level-Zero sidecar for health ({sidecar.summary() or 'no calls'})")
+    env.require_surface_read("health", "levelzero", "the plugin never asked the Level-Zero sidecar for health")
     since = env.now()
     sidecar.stop()
     wait_list(env, reg, since, f"no device {HEALTHY} while the Level-Zero sidecar is down",

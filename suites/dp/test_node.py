@@ -120,7 +120,8 @@ def test_node_follows_health(dp_env: DPEnv) -> None:
                          f"allocatable {n - 1} of {resource} on the Node after {target} failed")
     except AssertionError:
         if not held:
-            env.require_drive("health")  # still no health source read by now: not exercised, not a failure
+            # Still no health source read, T after the failure: not exercised, not a failure.
+            env.require_drive("health", since_ns=t)
         raise
     env.measure("health: failure to allocatable", down, t)
     t = env.now()

@@ -63,8 +63,7 @@ def expected_devices(env: DRAEnv) -> set[str] | None:
 
 
 def backend_device(env: DRAEnv, capability: str, first: Event) -> str:
-    if not env.drives(capability):
-        env.require_drive(capability)
+    env.require_drive(capability)
     streamed = health_of(first)
     device = next((d for d in sorted(streamed) if d in env.devices.ids()), "")  # type: ignore[union-attr]
     if not device:
@@ -170,8 +169,7 @@ def nvml_device(env: DRAEnv) -> tuple[Event, str]:
         not_exercised("the fake hardware has no NVML surface (the nvml skin gives it one)")
     first = first_health(env)
     device = backend_device(env, "health", first)
-    if not nvml.reads("health"):
-        not_exercised(f"the driver watches no NVML events (its NVML calls: {nvml.summary() or 'none'})")
+    env.require_surface_read("health", "nvml", "the driver watched no NVML events")
     return first, device
 
 

@@ -128,9 +128,9 @@ def _temperature_taints(env: DRAEnv, device: str) -> bool:
 def test_driver_taints(dra_env: DRAEnv) -> None:
     env = dra_env
     published(env)
+    if not (env.drives("health") or env.drives("temperature")):
+        env.require_drive("health")  # waits for the driver's first read before it says not exercised
     health, temperature = env.drives("health"), env.drives("temperature")
-    if not (health or temperature):
-        env.require_drive("health")
     device = target_device(env)
     tainted = _failure_taints(env, device) if health else False
     if temperature:
