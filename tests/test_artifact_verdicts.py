@@ -3,6 +3,11 @@ poll period, up to T) and ends at once when the read comes."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -76,3 +81,72 @@ def test_a_window_counted_from_an_earlier_moment_is_not_waited_again() -> None:
         assert time.monotonic() - began < 0.2
     finally:
         env.close()
+
+
+# -- the plugin's own overtemperature limit ------------------------------------------------------------------------
+
+HOT_PLUGIN = ("{python} -m harness.reference.device_plugin --plugin-dir {plugin_dir} --kubelet-socket {kubelet_socket} "
+              "--resource {resource} --sysfs-root {sysfs_root} --dev-dir {dev_dir} --temp-threshold-c 100")
+
+
+def overtemperature(out: Path, *flags: str) -> dict:
+    """DP-HLT-04 on a plugin whose own limit is 100 C (the reference plugin told so), and the report."""
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--plugin-cmd", HOT_PLUGIN,
+                           "--resource", "fakelet.example.com/gpu", "--observes", "temperature", "--check",
+                           "DP-HLT-04", "--jobs", "1", "--out", str(out), *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert (out / "report.json").is_file(), proc.stdout + proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    return report["subjects"][0] if "subjects" in report else report
+
+
+def hlt04(report: dict) -> dict:
+    return next(c for c in report["checks"] if c["id"] == "DP-HLT-04")
+
+
+def test_the_plugins_own_limit_from_the_flag_is_the_one_judged(tmp_path: Path) -> None:
+    report = overtemperature(tmp_path, "--thermal-threshold", "100")
+    check = hlt04(report)
+    assert check["verdict"] == "pass", check["detail"]
+    assert any("100 C (hysteresis 5 C), from --thermal-threshold" in n for n in check["notes"]), check["notes"]
+    assert report["facts"]["overtemperature limit"].startswith("100 C (hysteresis 5 C), from --thermal-threshold")
+
+
+def test_without_the_plugins_limit_the_detail_names_fakelets_default(tmp_path: Path) -> None:
+    check = hlt04(overtemperature(tmp_path))
+    # Heated to 95 C, under the plugin's own 100 C: it stays Healthy, and the verdict says against which limit.
+    assert check["verdict"] == "fail"
+    assert "at 95 C (the plugin's limit: 85 C (hysteresis 5 C), from fakelet's default" in check["detail"]
+
+
+def test_the_limit_from_a_subject_file_is_named_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "hot.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: hot
+        kind: device-plugin
+        command: {json.dumps(shlex.split(HOT_PLUGIN))}
+        resource: fakelet.example.com/gpu
+        backend:
+          inventory: inventories/basic.yaml
+          observes: [temperature]
+          thermal: {{threshold_c: 100}}
+        """))
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject-file", str(path), "--check",
+                           "DP-HLT-04", "--jobs", "1", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = report["subjects"][0] if "subjects" in report else report
+    check = hlt04(report)
+    assert check["verdict"] == "pass", (check["detail"], proc.stderr[-2000:])
+    assert any(f"100 C (hysteresis 5 C), from {path}:8: backend.thermal (the subject file)" in n
+               for n in check["notes"]), check["notes"]
+
+
+@pytest.mark.parametrize("value", ["nan", "5", "400"])
+def test_a_thermal_threshold_out_of_range_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dp",
+                           "--thermal-threshold", value, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"--thermal-threshold {value}" in proc.stderr and "degrees C, 20 to 150" in proc.stderr, proc.stderr
+    assert not (tmp_path / "report.json").exists()

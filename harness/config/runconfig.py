@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shlex
@@ -68,6 +69,7 @@ UNAVAILABLE = "unavailable:"  # a control plane the CLI failed to start; the res
 # Set by `fakelet run` for its check processes: the one API server it started for "local".
 SHARED_CONTROL_PLANE_ENV = "FAKELET_SHARED_CONTROL_PLANE"
 CONFIG_FORMAT = 1  # bump when a serialized RunConfig changes incompatibly
+THERMAL_RANGE_C = (20.0, 150.0)  # --thermal-threshold: what a GPU's slowdown or shutdown limit can be
 
 
 NODES = ("fake", "real")
@@ -167,6 +169,7 @@ class Overrides:
     private_dirs: list[str] = field(default_factory=list)
     device_ids: str | None = None  # opaque | inventory
     observes: list[str] | None = None  # None: as the subject says
+    thermal_threshold: float | None = None  # --thermal-threshold: the plugin's own overtemperature limit, C
 
     def normalized(self) -> Overrides:
         """Paths made absolute (so a repro line works from anywhere); bundled bare names stay names."""
@@ -200,6 +203,20 @@ class Overrides:
                                    "give --inventory or --skin too")
             spec.observes = list(dict.fromkeys(self.observes))
             spec.inventory_expected = True
+        if self.thermal_threshold is not None:
+            self._apply_thermal(spec)
+
+    def _apply_thermal(self, spec: SubjectSpec) -> None:
+        given = self.thermal_threshold
+        assert given is not None
+        if not math.isfinite(given) or not THERMAL_RANGE_C[0] <= given <= THERMAL_RANGE_C[1]:
+            raise ProfileError(f"--thermal-threshold {given:g}: give the plugin's overtemperature limit in degrees C, "
+                               f"{THERMAL_RANGE_C[0]:g} to {THERMAL_RANGE_C[1]:g}")
+        if spec.backend is None:
+            raise ProfileError(f"--thermal-threshold: subject {spec.name} has no fake device backend to heat; "
+                               "give --inventory or --skin too")
+        spec.thermal = (float(given), spec.thermal[1])
+        spec.thermal_from = "--thermal-threshold"
 
     def _apply_devices(self, spec: SubjectSpec) -> None:
         if self.device_ids is None:
@@ -243,6 +260,8 @@ class Overrides:
             out += ["--device-ids", self.device_ids]
         if self.observes is not None:
             out += ["--observes", ",".join(self.observes)]
+        if self.thermal_threshold is not None:
+            out += ["--thermal-threshold", f"{self.thermal_threshold:g}"]
         return out
 
 

@@ -105,6 +105,9 @@ def _add_one_off_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--observes", action="append", default=[], metavar="LIST",
                    help="fake-hardware changes the plugin reacts to: health,temperature,hotplug (default none "
                         "for --plugin-cmd)")
+    p.add_argument("--thermal-threshold", type=float, metavar="C",
+                   help="the plugin's own overtemperature limit in degrees C (default: the subject file's "
+                        "backend.thermal, else 85); health checks heat past it")
 
 
 def _add_world_flags(p: argparse.ArgumentParser) -> None:
@@ -227,7 +230,7 @@ def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
 def overrides(args: argparse.Namespace) -> Overrides:
     return Overrides(inventory=args.inventory, skin=args.skin, env=list(args.env), pass_env=list(args.pass_env),
                      private_dirs=list(args.private_dir), device_ids=args.device_ids,
-                     observes=parse_observes(args.observes))
+                     observes=parse_observes(args.observes), thermal_threshold=args.thermal_threshold)
 
 
 def subject_names(args: argparse.Namespace) -> list[str | None]:

@@ -64,7 +64,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "fakelet_binary": None, "fakelet_kind": None, "fakelet_driver": None, "fakelet_kubelet_version": "default",
     "fakelet_control_plane": "local", "fakelet_inventory": None, "fakelet_skin": None, "fakelet_env": [],
     "fakelet_pass_env": [], "fakelet_private_dir": [], "fakelet_device_ids": None, "fakelet_observes": [],
-    "fakelet_require": [], "fakelet_reaction_bound": None, "fakelet_node": "fake",
+    "fakelet_require": [], "fakelet_reaction_bound": None, "fakelet_node": "fake", "fakelet_thermal_threshold": None,
 }
 
 
@@ -106,6 +106,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--fakelet-node", default="fake", help="whose kubelet: fake (fakelet's, default) or real (v1.36, local)")
     add("--fakelet-reaction-bound", type=float, metavar="SECONDS",
         help="hold the plugin to this bound instead of the kubelet's (kill matrices)")
+    add("--fakelet-thermal-threshold", type=float, metavar="C",
+        help="the plugin's own overtemperature limit in degrees C (default: the subject's)")
 
 
 def _given(opt: Any) -> list[str]:
@@ -116,7 +118,8 @@ def _given(opt: Any) -> list[str]:
 def _overrides(opt: Any) -> Overrides:
     return Overrides(inventory=opt.fakelet_inventory, skin=opt.fakelet_skin, env=list(opt.fakelet_env),
                      pass_env=list(opt.fakelet_pass_env), private_dirs=list(opt.fakelet_private_dir),
-                     device_ids=opt.fakelet_device_ids, observes=parse_observes(opt.fakelet_observes))
+                     device_ids=opt.fakelet_device_ids, observes=parse_observes(opt.fakelet_observes),
+                     thermal_threshold=opt.fakelet_thermal_threshold)
 
 
 def run_from_options(opt: Any) -> RunConfig:

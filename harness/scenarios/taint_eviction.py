@@ -22,12 +22,12 @@ from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import PodClaim
 from harness.controlplane.taints import NO_EXECUTE, describe_taint, device_taints, time_added
 from harness.instruments.timeline import WaitTimeout, wall_time
+from harness.spec.subjects import OVER_LIMIT_C
 from harness.world.cdispecs import left_for_claim
 from harness.world.draenv import DRAEnv
 
 NAME = "taint-eviction"
 TITLE = "a NoExecute taint on a device under a running pod: eviction, unprepare, CDI cleanup, deallocation"
-HEAT_ABOVE_C = 10.0  # how far past the overtemperature threshold the device is heated
 CLAIM_GONE_S = 30.0  # the resource-claim controller's reaction to the pod's deletion
 
 
@@ -49,8 +49,8 @@ def _driver_taint(env: DRAEnv, device: str, since: int) -> dict[str, Any] | None
     """Heat the device past its threshold; the NoExecute taint the driver publishes on it, if any."""
     if env.devices is None or device not in env.devices.ids() or not env.drives("temperature"):
         return None
-    threshold, _ = env.spec.thermal
-    env.devices.heat(device, threshold + HEAT_ABOVE_C)
+    threshold, _ = env.thermal()
+    env.devices.heat(device, threshold + OVER_LIMIT_C)
     event = env.timeline.wait_quiet(
         lambda e: e.kind == "api.slices" and any(t.get("effect") == NO_EXECUTE
                                                  for t in device_taints(e.get("slices") or []).get(device, [])),
@@ -109,7 +109,8 @@ def run(env: DRAEnv, story: Story, toleration_s: int | None = None) -> list[str]
     since = env.now()
     taint = _driver_taint(env, device, since)
     if taint is not None:
-        story.step(f"device {device} overheated; the driver published taint {describe_taint(taint)}, "
+        story.step(f"device {device} heated to {env.spec.thermal[0] + OVER_LIMIT_C:g} C, past its limit "
+                   f"{env.spec.thermal_limit()}; the driver published taint {describe_taint(taint)}, "
                    f"timeAdded {taint.get('timeAdded')}")
     else:
         assert env.taint_rules is not None

@@ -50,6 +50,8 @@ DEVICE_IDS = ("opaque", "inventory")
 DEFAULT_INVENTORY = "inventories/basic.yaml"  # relative to fixtures/: the hardware a --plugin-cmd gets
 DEFAULT_SKIN = "neutral"
 DEFAULT_THERMAL = (85.0, 5.0)  # threshold and hysteresis, degrees C
+OVER_LIMIT_C = 10.0  # how far past the plugin's limit (and below it, less hysteresis) checks take a device
+THERMAL_DEFAULT_ORIGIN = "fakelet's default (the subject declares no backend.thermal)"
 
 # Placeholders every subject's templates may use; DRA drivers get the DRAEnv ones too
 # (harness/world/draenv.py `_more_placeholders`; tests/test_subject_file.py keeps the two in step).
@@ -142,6 +144,7 @@ class SubjectSpec:
     backend: dict[str, str] | None = None
     observes: list[str] = field(default_factory=list)
     thermal: tuple[float, float] = DEFAULT_THERMAL
+    thermal_from: str = ""  # where the plugin's limit came from (file:line: field, a flag); "" for fakelet's default
     # How often the plugin polls its health source (backend.poll_s), when the subject says: coverage
     # waits for its first read that long (twice, capped at T) instead of the whole of T.
     poll_s: float | None = None
@@ -180,6 +183,12 @@ class SubjectSpec:
         """`file:line: field` for a message about one field (just the source when its line is unknown)."""
         line = self.field_lines.get(field_path)
         return f"{self.source}:{line}: {field_path}" if line else f"{self.source}: {field_path}"
+
+    def thermal_limit(self) -> str:
+        """The overtemperature limit a check holds the plugin to, and where it came from (for details and facts)."""
+        threshold, hysteresis = self.thermal
+        return (f"{threshold:g} C (hysteresis {hysteresis:g} C), from "
+                f"{self.thermal_from or THERMAL_DEFAULT_ORIGIN}")
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready (a run config carries the whole spec to the check processes)."""
@@ -608,7 +617,8 @@ def _backend(doc: dict[str, Any], base_dir: Path | None, where: str, lines: dict
     inventory = resolve_inventory(backend["inventory"], base_dir,
                                   locate(where, lines, "backend.inventory"))
     thermal = backend.get("thermal") or {}
-    return {"backend": {"inventory": inventory, "skin": backend.get("skin", DEFAULT_SKIN)},
+    origin = f"{locate(where, lines, 'backend.thermal')} (the subject file)" if "thermal" in backend else ""
+    return {"backend": {"inventory": inventory, "skin": backend.get("skin", DEFAULT_SKIN)}, "thermal_from": origin,
             "observes": list(backend.get("observes") or []),
             "poll_s": float(backend["poll_s"]) if "poll_s" in backend else None,
             "thermal": (float(thermal.get("threshold_c", DEFAULT_THERMAL[0])),

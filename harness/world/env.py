@@ -636,6 +636,14 @@ class DPEnv:
             not_exercised(f"{what} in the {self.coverage_window()} fakelet waited for its first read "
                           f"({self.read_summary()})")
 
+    def thermal(self) -> tuple[float, float]:
+        """The plugin's overtemperature limit and hysteresis (C), noted for the check and kept as a fact, with
+        where the limit came from: a check heats past the plugin's own limit, never past fakelet's."""
+        limit = self.spec.thermal_limit()
+        self.note(f"overtemperature limit: {limit}")
+        self.facts["overtemperature limit"] = limit
+        return self.spec.thermal
+
     def any_inventory_device(self, reg: Event, listing: Listing) -> str:
         """An inventory device to change: a mapped one if any, else the first present one."""
         mapping = self.device_map(reg, listing)

@@ -21,6 +21,7 @@ from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_DRIVER_NOT_LO
 from fake_devices.scripts import flap, run_script
 from harness.instruments.timeline import Event
 from harness.spec.checks import MUST, SHOULD, check, expect, not_exercised
+from harness.spec.subjects import OVER_LIMIT_C
 from harness.world.devicemap import IDENTITY, DeviceMap
 from harness.world.env import DPEnv
 from harness.world.listing import Listing, devices_of
@@ -172,15 +173,16 @@ def backend_view(env: DPEnv, mapping: DeviceMap) -> dict[str, str] | None:
 def test_overtemperature(dp_env: DPEnv) -> None:
     env = dp_env
     reg, t = ready(env, "temperature")
-    threshold, hysteresis = env.spec.thermal
+    threshold, hysteresis = env.thermal()
+    hot, cool = threshold + OVER_LIMIT_C, threshold - hysteresis - OVER_LIMIT_C
     since = env.now()
-    env.devices.heat(t.inventory_id, threshold + 10)  # type: ignore[union-attr]
-    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} at {threshold + 10:g} C "
-              f"(threshold {threshold:g} C)", is_down(t))
-    cool = threshold - hysteresis - 10
+    env.devices.heat(t.inventory_id, hot)  # type: ignore[union-attr]
+    wait_list(env, reg, since, f"{t.describe()} reported {UNHEALTHY} at {hot:g} C (the plugin's limit: "
+              f"{env.spec.thermal_limit()})", is_down(t))
     since = env.now()
     env.devices.cool(t.inventory_id, cool)  # type: ignore[union-attr]
-    wait_list(env, reg, since, f"{t.describe()} reported {HEALTHY} again at {cool:g} C", is_up(t))
+    wait_list(env, reg, since, f"{t.describe()} reported {HEALTHY} again at {cool:g} C (the plugin's limit: "
+              f"{env.spec.thermal_limit()})", is_up(t))
 
 
 @check("DP-HLT-05", SHOULD, "hot-unplug removes the device (or marks it Unhealthy); hot-plug adds it back")

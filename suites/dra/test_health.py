@@ -19,6 +19,7 @@ import grpc
 from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_UNKNOWN
 from harness.instruments.timeline import Event
 from harness.spec.checks import SHOULD, check, expect, not_applicable, not_exercised
+from harness.spec.subjects import OVER_LIMIT_C
 from harness.world.draenv import DRAEnv
 from suites.dra.common import health_started, registered
 
@@ -109,15 +110,18 @@ def test_overtemperature(dra_env: DRAEnv) -> None:
     env = dra_env
     first = first_health(env)
     device = backend_device(env, "temperature", first)
-    threshold, hysteresis = env.spec.thermal
+    threshold, hysteresis = env.thermal()
+    hot, cool = threshold + OVER_LIMIT_C, threshold - hysteresis - OVER_LIMIT_C
+    limit = f"(the driver's limit: {env.spec.thermal_limit()})"
     t = env.now()
-    env.devices.heat(device, threshold + 10)  # type: ignore[union-attr]
+    env.devices.heat(device, hot)  # type: ignore[union-attr]
     # The kubelet's view of a pod's device health comes from this stream alone: a taint the driver
     # publishes instead keeps new claims away, but the pod's allocatedResourcesStatus would still say Healthy.
-    wait_health(env, t, f"{device} {UNHEALTHY} at {threshold + 10:g} C", lambda h: h.get(device) == UNHEALTHY)
+    wait_health(env, t, f"{device} {UNHEALTHY} at {hot:g} C {limit}", lambda h: h.get(device) == UNHEALTHY)
     t = env.now()
-    env.devices.cool(device, threshold - hysteresis - 10)  # type: ignore[union-attr]
-    wait_health(env, t, f"{device} {HEALTHY} again after cooling", lambda h: h.get(device) == HEALTHY)
+    env.devices.cool(device, cool)  # type: ignore[union-attr]
+    wait_health(env, t, f"{device} {HEALTHY} again after cooling to {cool:g} C {limit}",
+                lambda h: h.get(device) == HEALTHY)
 
 
 @check("DRA-HLT-03", SHOULD, "after a health stream drops, a new NodeWatchResources call works")

@@ -26,6 +26,7 @@ from harness.controlplane.taints import (
 )
 from harness.instruments.timeline import Event, wall_time
 from harness.spec.checks import MUST, SHOULD, check, expect, not_applicable, not_exercised
+from harness.spec.subjects import OVER_LIMIT_C
 from harness.world.cdispecs import left_for_claim
 from harness.world.draenv import DRAEnv
 from suites.dra.common import published
@@ -97,7 +98,8 @@ def _failure_taints(env: DRAEnv, device: str) -> bool:
 def _temperature_taints(env: DRAEnv, device: str) -> bool:
     """Warm (below the overtemperature threshold): never NoExecute. Critical: tainted. Cooled: untainted."""
     assert env.devices is not None
-    threshold, hysteresis = env.spec.thermal
+    threshold, hysteresis = env.thermal()
+    limit = f"(the driver's limit: {env.spec.thermal_limit()})"
     before = taints_of(current_slices(env))
     t = env.now()
     env.devices.heat(device, threshold - 1)
@@ -106,19 +108,20 @@ def _temperature_taints(env: DRAEnv, device: str) -> bool:
                                                  if x not in before.get(device, [])),
         env.profile.quiet_window_s, t)
     expect(early is None, f"no NoExecute taint on {device} at {threshold - 1:g} C, below the overtemperature "
-           f"threshold {threshold:g} C (a warm device may be NoSchedule; NoExecute evicts its pods)",
+           f"limit {limit} (a warm device may be NoSchedule; NoExecute evicts its pods)",
            f"{', '.join(describe_taint(x) for x in taints_of(early).get(device, []))} at {env.at(early)}"
            if early is not None else "")
     t = env.now()
-    env.devices.heat(device, threshold + 10)
+    env.devices.heat(device, threshold + OVER_LIMIT_C)
     hot = env.timeline.wait_quiet(lambda e: e.kind == "api.slices" and blocking(taints_of(e).get(device, [])),
                                   env.profile.reaction_s, t)
+    cool = threshold - hysteresis - OVER_LIMIT_C
     if hot is None:
-        env.devices.cool(device, threshold - hysteresis - 10)
+        env.devices.cool(device, cool)
         return False
     t = env.now()
-    env.devices.cool(device, threshold - hysteresis - 10)
-    wait_taints(env, t, f"the taint on {device} removed after it cooled to {threshold - hysteresis - 10:g} C",
+    env.devices.cool(device, cool)
+    wait_taints(env, t, f"the taint on {device} removed after it cooled to {cool:g} C {limit}",
                 lambda taints: not blocking(taints.get(device, [])))
     return True
 
