@@ -17,6 +17,7 @@ On the report fd it writes one JSON line per event, for the launcher:
 the main process runs and signals are handled, and
 `{"event": "main_exit", "returncode": RC, "signalled": BOOL, "detached": [...]}`
 when the main process exits, listing the processes still alive in the namespace.
+`{"event": "exit", "ns_pid": PID, "returncode": RC}` when an adopted orphan exits.
 
 Only the standard library: the launcher runs it isolated (-I -S), so nothing on
 the plugin's PYTHONPATH can shadow it and it needs no installed harness.
@@ -201,6 +202,9 @@ class Init:
                 return True
             if pid == self.main:
                 self.on_main_exit(os.waitstatus_to_exitcode(status))
+            else:
+                # An orphan we adopted (a daemon a wrapper left): its exit is the plugin's when it served.
+                self.report(event="exit", ns_pid=pid, returncode=os.waitstatus_to_exitcode(status))
 
     def forward(self, sig: int) -> None:
         if self.main_rc is None and self.main is not None:

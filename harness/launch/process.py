@@ -16,6 +16,8 @@ harness sees for the subject, the outer process):
 - `process.start` (pid, start), `process.signal` (pid, signal),
 - `process.main_exit` (pid, main_pid, returncode, signalled, detached:
   [{pid, ns_pid, cmd}]) when the main process exits, with the processes it left,
+- `process.orphan_exit` (pid, ns_pid, returncode) when a process the main one left
+  (a daemon) exits; a wrapper's daemon that served is judged by this one,
 - `process.exit` (pid, returncode = the main process's) once nothing of the
   subject is left, so a daemon that keeps serving holds it back,
 - `process.containment` (pid_namespace: false, reason) when there is no PID namespace.
@@ -42,6 +44,7 @@ from typing import Any
 
 from harness.instruments.timeline import Timeline
 from harness.launch import cgroups
+from harness.launch.nsinit import ProcView
 
 HOST_DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # deviceplugin v1beta1 constants.go DevicePluginPath
 KILL_GRACE_S = 1.0  # teardown: after SIGTERM, how long before SIGKILL (DP-ROB-01 measures exits itself)
@@ -388,6 +391,10 @@ class ProcessLauncher:
                                              main_pid=run.main_pid, returncode=msg.get("returncode"),
                                              signalled=msg.get("signalled", False), detached=msg.get("detached", []),
                                              start=run.number)
+                    elif msg.get("event") == "exit":
+                        self.timeline.record("process.orphan_exit", self.name, pid=run.proc.pid,
+                                             ns_pid=msg.get("ns_pid"), returncode=msg.get("returncode"),
+                                             start=run.number)
         finally:
             run.ready.set()
 
@@ -431,6 +438,23 @@ class ProcessLauncher:
     def proc(self) -> subprocess.Popen[bytes] | None:
         """The outer process of the current start."""
         return self._run.proc if self._run is not None else None
+
+    def socket_owner(self, name: str) -> dict[str, Any] | None:
+        """The subject's process holding the unix socket whose path ends in /`name` (the one that serves it):
+        {pid, ns_pid, cmd, main}; None when no live process of this start holds it."""
+        run = self._run
+        if run is None or not name:
+            return None
+        inodes = unix_socket_inodes(name)
+        procs = ProcView()
+        try:
+            for pid in [run.proc.pid, *procs.descendants(run.proc.pid)]:
+                if pid != run.helper_pid and holds_socket(pid, inodes):
+                    return {"pid": pid, "ns_pid": procs.ns_pid(pid), "cmd": procs.cmd(pid),
+                            "main": pid == run.main_pid}
+        finally:
+            os.close(procs.fd)
+        return None
 
     def signal(self, sig: int) -> None:
         """As a runtime signals a container: SIGKILL ends everything, other signals go to the main process."""
@@ -564,3 +588,29 @@ class ProcessLauncher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def unix_socket_inodes(name: str) -> set[str]:
+    """Inodes of the unix sockets bound at a path ending in /`name` (in this network namespace, the plugin's)."""
+    try:
+        lines = Path("/proc/net/unix").read_text(errors="replace").splitlines()[1:]
+    except OSError:
+        return set()
+    # Num RefCount Protocol Flags Type St Inode Path
+    return {f[6] for f in (line.split() for line in lines) if len(f) >= 8 and f[7].endswith("/" + name)}
+
+
+def holds_socket(pid: int, inodes: set[str]) -> bool:
+    """Whether `pid` has a descriptor open on one of these socket inodes."""
+    targets = {f"socket:[{i}]" for i in inodes}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                return True
+        except OSError:
+            continue
+    return False

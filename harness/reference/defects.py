@@ -87,6 +87,7 @@ DP_BENIGN: dict[str, str] = {
     "opaque-ids": "names devices by a hash of their identity, not by inventory ID",
     "slow-reregister": "re-registers a fixed 10 s after kubelet.sock reappears (as the upstream sample plugin)",
     "daemonize": "forks a detached daemon (setsid) that serves, and its main process exits 0",
+    "daemon-exits-on-reject": "as daemonize, and the daemon exits 2 when the kubelet rejects its Register",
     "scratch-files": "writes a scratch file into the temp dir on every Allocate and never removes it",
 }
 

@@ -387,6 +387,9 @@ class ReferencePlugin:
             dp_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT_S)
         except grpc.RpcError as err:
             log.warning("Register failed: %s", err.details() if hasattr(err, "details") else err)
+            if self.has("daemon-exits-on-reject") and err.code() != grpc.StatusCode.UNAVAILABLE:
+                log.error("the kubelet rejected the registration; exiting")
+                raise SystemExit(2)  # an answer, not an absent kubelet: exiting non-zero is a legal reaction
             return False
         finally:
             channel.close()
@@ -609,7 +612,7 @@ def daemonize() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.defect == "daemonize":
+    if args.defect in ("daemonize", "daemon-exits-on-reject"):
         daemonize()
     hostile.at_start(args.defect)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

@@ -61,6 +61,7 @@ READ_NOTES = {
     "nvml": "the plugin watched the fake GPUs' {capability} through NVML, so it is held to it",
     "sysfs": "the plugin read the fake hardware's {capability} source, so it is held to it",
 }
+SERVER_FOLLOW_WAKE_S = 0.5  # the server follower checks this often whether the check has ended
 COVERAGE_POLLS = 2  # poll periods coverage waits for a first read, when the subject declares its period
 # Rejections no retry can fix: the plugin asked for something the kubelet never accepts.
 PERMANENT_REJECTIONS = ("is not supported by kubelet", "is invalid")
@@ -109,6 +110,8 @@ class DPEnv:
         self.findings: list[str] = []  # per subject: e.g. detached processes
         self.cleanup: list[str] = []  # what containment had to clean up after the plugin
         self._device_map: DeviceMap | None = None
+        self._closing = threading.Event()
+        self._server_follower: threading.Thread | None = None  # finds who serves the plugin's socket
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         self.levelzero: LevelZeroSidecar | None = None  # the drm skins' Level-Zero health sidecar
         self.nvml_offered: list[str] = []  # where the plugin could find the NVML library (the report's fact)
@@ -316,6 +319,10 @@ class DPEnv:
             # Before the plugin starts, so that its first scan is seen too.
             self.access = AccessTrace(self.devices.root, self.timeline).start()
         self.subject.start()
+        if self._server_follower is None and hasattr(self.subject, "socket_owner"):
+            self._server_follower = threading.Thread(target=self._follow_server, daemon=True,
+                                                     name="fakelet-server-follower")
+            self._server_follower.start()
 
     def start(self) -> DPEnv:
         self.start_kubelet()
@@ -323,6 +330,7 @@ class DPEnv:
         return self
 
     def close(self) -> None:
+        self._closing.set()
         try:
             self.subject.stop()
         finally:
@@ -492,7 +500,93 @@ class DPEnv:
         first = own[0]
         tail = self.subject.log_tail(lines).strip()
         said = "\n".join("    " + line[:300] for line in tail.splitlines()) if tail else "    (no output)"
-        return f"the plugin exited with code {first.get('returncode')} at {self.at(first)}; its last output:\n{said}"
+        judged = self.plugin_exit(first)
+        # A wrapper that daemonized the plugin exits 0 at once: what counts is the exit of what it left.
+        what = judged[1] if judged is not None and "its wrapper" in judged[1] else \
+            f"the plugin exited with code {first.get('returncode')} at {self.at(first)}"
+        return f"{what}; its last output:\n{said}"
+
+    # -- the process that serves, not its wrapper -----------------------------------
+
+    def _follow_server(self) -> None:
+        """Find the socket's owner whenever a socket appears, a Register arrives or a wrapper exits: while the
+        serving process lives (a daemon may exit right after a rejected Register)."""
+        index = 0
+        while not self._closing.is_set():
+            events = self.timeline.after(index, SERVER_FOLLOW_WAKE_S)
+            index += len(events)
+            if any(e.kind in ("file.created", "kubelet.register_received") or
+                   (e.kind == "process.main_exit" and self.is_mine(e)) for e in events):
+                self.server()
+
+    def _socket_name(self) -> str | None:
+        if self.spec.socket:
+            return self.spec.socket
+        received = self.timeline.find(lambda e: e.kind == "kubelet.register_received" and e.get("endpoint"))
+        if received:
+            return Path(str(received[-1].get("endpoint"))).name
+        created = self.timeline.find(lambda e: e.kind == "file.created" and e.get("socket")
+                                     and e.get("name") != "kubelet.sock")
+        return str(created[-1].get("name")) if created else None
+
+    def server(self) -> dict[str, Any] | None:
+        """The subject's process serving its socket now ({pid, ns_pid, cmd, main}); put on the timeline as
+        `subject.server` when it is news."""
+        owner = getattr(self.subject, "socket_owner", None)
+        name = self._socket_name()
+        found = owner(name) if owner is not None and name else None
+        if found is not None:
+            last = self.timeline.find(lambda e: e.kind == "subject.server")
+            if not last or last[-1].get("pid") != found["pid"]:
+                self.timeline.record("subject.server", self.spec.name, socket=name, **found)
+        return found
+
+    def _server_ns_pid(self) -> int | None:
+        """The namespace pid of the process a wrapper left that serves the socket, once its owner was seen."""
+        servers = [e for e in self.timeline.events(kind="subject.server") if not e.get("main")]
+        return servers[-1].get("ns_pid") if servers else None
+
+    def plugin_exit(self, event: Event) -> tuple[int, str] | None:
+        """(exit code, what exited) when `event` is the exit of the process judged as the plugin: the one that
+        serves the socket, not a wrapper that started it and exited; None for any other event."""
+        if not self.is_mine(event) or event.kind not in ("process.main_exit", "process.orphan_exit", "process.exit"):
+            return None
+        main_exits = [e for e in self.timeline.events(kind="process.main_exit")
+                      if self.is_mine(e) and e.t_ns <= event.t_ns]
+        code = event.get("returncode")
+        if not main_exits:  # uncontained: no helper reports, the exit is the main process's
+            return (code, f"the plugin exited with code {code}") if event.kind == "process.exit" else None
+        wrapper = main_exits[-1]
+        left = bool(wrapper.get("detached")) and not wrapper.get("signalled")
+        if event.kind == "process.main_exit":
+            servers = self.timeline.events(kind="subject.server")
+            serves = not left or (bool(servers) and bool(servers[-1].get("main")))
+            return (code, f"the plugin exited with code {code}") if serves else None
+        if not left:
+            return None  # judged at the main process's exit
+        if event.kind == "process.orphan_exit":
+            if event.get("ns_pid") != self._server_ns_pid():
+                return None
+            return code, self._wrapped_exit(wrapper, event, "the server its wrapper left")
+        # The namespace emptied: the server's exit if it was seen, else the last process the wrapper left.
+        orphans = [e for e in self.timeline.events(wrapper.t_ns, kind="process.orphan_exit")
+                   if self.is_mine(e) and e.t_ns <= event.t_ns]
+        if not orphans:
+            return None
+        server = [e for e in orphans if e.get("ns_pid") == self._server_ns_pid()]
+        last = (server or orphans)[-1]
+        what = "the server its wrapper left" if server else "the last process its wrapper left"
+        return last.get("returncode"), self._wrapped_exit(wrapper, last, what)
+
+    def _wrapped_exit(self, wrapper: Event, exit_: Event, what: str) -> str:
+        """Both exits, the server's (the one judged) and its wrapper's, for a detail."""
+        ns_pid = exit_.get("ns_pid")
+        known = [e for e in self.timeline.events(kind="subject.server") if e.get("ns_pid") == ns_pid]
+        left = [d for d in wrapper.get("detached") or [] if d.get("ns_pid") == ns_pid]
+        who = known[-1] if known else (left[0] if left else None)
+        name = f"pid {who.get('pid')}: {who.get('cmd')}" if who is not None else f"pid {ns_pid} in its namespace"
+        return (f"{what} ({name}) exited with code {exit_.get('returncode')} at {self.at(exit_)}; the wrapper (the "
+                f"main process) had exited {wrapper.get('returncode')} at {self.at(wrapper)}")
 
     def measure(self, what: str, event: Event, since_ns: int) -> float:
         """Keep how long `what` took, from `since_ns` to `event`, for the report."""
