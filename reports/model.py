@@ -17,6 +17,7 @@ INTERRUPTED. An empty run is never conformant.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -146,6 +147,53 @@ def _why(checks: list[CheckResult]) -> str:
     for c in checks:
         by_reason.setdefault((c.detail.splitlines() or [""])[0], []).append(c.id)
     return "; ".join(f"{', '.join(ids)}: {reason}" if reason else ", ".join(ids) for reason, ids in by_reason.items())
+
+
+COUNTED = re.compile(r"(\S+) x(\d+)")  # one entry of a counted fact: "nvmlEventSetWait_v2 x12"
+NOTHING = ("none", "never")  # how a fact says a check saw nothing of it ("none: the plugin never called NVML")
+
+
+def merge_fact(old: Any, new: Any) -> Any:
+    """One subject-level fact from two checks' (or runs') values, never first-wins: groups of files are united,
+    counted lists ("GetDeviceHealth x8, ...") add up per entry, other texts are kept once each, and a "none" or
+    "never" gives way to what another check did see."""
+    if old is None or old == new:
+        return new
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {k: sorted(set(old.get(k, [])) | set(new.get(k, []))) for k in sorted(set(old) | set(new))}
+    if not (isinstance(old, str) and isinstance(new, str)):
+        return old if new is None else new
+    seen = [v for v in (old, new) if not v.startswith(NOTHING)]
+    if len(seen) < 2:
+        return seen[0] if seen else old
+    counted = [_counts(v) for v in seen]
+    if all(c is not None for c in counted):
+        return _counted_text(counted)  # type: ignore[arg-type]
+    parts = [p for v in seen for p in v.split("; ")]
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _counts(text: str) -> dict[str, int] | None:
+    out: dict[str, int] = {}
+    for part in text.split(", "):
+        match = COUNTED.fullmatch(part.strip())
+        if match is None:
+            return None
+        out[match[1]] = out.get(match[1], 0) + int(match[2])
+    return out
+
+
+def _counted_text(counts: list[dict[str, int]]) -> str:
+    total: dict[str, int] = {}
+    for c in counts:
+        for name, n in c.items():
+            total[name] = total.get(name, 0) + n
+    return ", ".join(f"{n} x{c}" for n, c in sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def merge_facts(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for name, fact in new.items():
+        into[name] = merge_fact(into.get(name), fact)
 
 
 def run_status(reports: list[SubjectReport]) -> str:

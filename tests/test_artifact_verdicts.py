@@ -18,6 +18,7 @@ from fake_devices.access import AccessTrace
 from harness.spec.profiles import FAST
 from harness.spec.subjects import SubjectSpec, default_backend
 from harness.world.env import DPEnv
+from reports.model import merge_fact, merge_facts
 
 
 def backend_env(poll_s: float | None = None) -> DPEnv:
@@ -150,3 +151,22 @@ def test_a_thermal_threshold_out_of_range_is_a_usage_error(tmp_path: Path, value
     assert proc.returncode == 2
     assert f"--thermal-threshold {value}" in proc.stderr and "degrees C, 20 to 150" in proc.stderr, proc.stderr
     assert not (tmp_path / "report.json").exists()
+
+
+# -- run-level facts merged across checks ---------------------------------------------------------------------------
+
+
+def test_run_level_facts_unite_every_checks_never_the_first_only() -> None:
+    facts: dict = {}
+    merge_facts(facts, {"NVML calls": "nvmlInit_v2 x1, nvmlDeviceGetCount_v2 x1",
+                        "Level-Zero sidecar calls": "none: the plugin never asked it",
+                        "fake hardware read": {"health": ["a"], "nodes": []}, "cgroup": "v2"})
+    merge_facts(facts, {"NVML calls": "nvmlEventSetWait_v2 x12, nvmlInit_v2 x1",
+                        "Level-Zero sidecar calls": "GetDeviceHealth x3",
+                        "fake hardware read": {"health": ["b"], "temperature": ["t"]}, "cgroup": "v2"})
+    # The event wait every health check's own timeline shows is in the run's fact too.
+    assert facts["NVML calls"] == "nvmlEventSetWait_v2 x12, nvmlInit_v2 x2, nvmlDeviceGetCount_v2 x1"
+    assert facts["Level-Zero sidecar calls"] == "GetDeviceHealth x3"  # a "none" gives way to what was seen
+    assert facts["fake hardware read"] == {"health": ["a", "b"], "nodes": [], "temperature": ["t"]}
+    assert facts["cgroup"] == "v2"
+    assert merge_fact("mapped by Allocate", "mapped by identity") == "mapped by Allocate; mapped by identity"

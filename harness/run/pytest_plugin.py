@@ -45,7 +45,7 @@ from harness.spec.checks import (
 from harness.spec.subjects import DEVICE_IDS, KINDS, SKINS, ProfileError
 from harness.world.draenv import DRAEnv
 from harness.world.env import DPEnv, SubjectUnavailable
-from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport
+from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport, merge_facts
 from reports.model import NOT_APPLICABLE as NA
 from reports.model import NOT_EXERCISED as NOT_EXERCISED_VERDICT
 from reports.writers import write_all
@@ -375,8 +375,7 @@ class Collector:
             elif key == "fakelet_measured" and check_id in self.results:
                 self.results[check_id].measured.update(value)
             elif key == "fakelet_facts":
-                for name, fact in value.items():
-                    self.facts[name] = merge_fact(self.facts.get(name), fact)
+                merge_facts(self.facts, value)
             elif key == "fakelet_cleanup":
                 seen = {finding_kind(f) for f in self.cleanup}
                 self.cleanup.extend(f for f in value if finding_kind(f) not in seen)
@@ -463,13 +462,6 @@ class Collector:
 
 def finding_kind(finding: str) -> str:
     return re.sub(r"\[.*\]|\d+", "#", finding)
-
-
-def merge_fact(old: Any, new: Any) -> Any:
-    """Facts from every check of a subject: groups of files are united, anything else keeps the first."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return {k: sorted(set(old.get(k, [])) | set(new.get(k, []))) for k in sorted(set(old) | set(new))}
-    return new if old is None else old
 
 
 def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:

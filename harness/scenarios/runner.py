@@ -35,7 +35,7 @@ from harness.scenarios.stage import Inconclusive, Stage, Symptom
 from harness.spec.checks import split_install
 from harness.world.draenv import DRAEnv
 from harness.world.env import DPEnv, SubjectUnavailable
-from reports.model import FAIL, PASS, SKIP, CheckResult, SubjectReport
+from reports.model import FAIL, PASS, SKIP, CheckResult, SubjectReport, merge_facts
 
 SCENARIO_LEVEL = "MUST"  # a reported bug that reproduces is a conformance failure of the system under test
 VERDICT_OF = {REPRODUCED: FAIL, NOT_REPRODUCED: PASS, INCONCLUSIVE: SKIP}
@@ -178,7 +178,7 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
             stage.close()
         if env is not None:
             env.close()
-            report.facts.update(env.facts)
+            merge_facts(report.facts, env.facts)  # a repeated scenario's runs: united, never last-wins
             report.findings += [f for f in env.findings if f not in report.findings]
             report.cleanup += env.cleanup
             if isinstance(env, DRAEnv):
