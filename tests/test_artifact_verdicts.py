@@ -170,3 +170,20 @@ def test_run_level_facts_unite_every_checks_never_the_first_only() -> None:
     assert facts["fake hardware read"] == {"health": ["a", "b"], "nodes": [], "temperature": ["t"]}
     assert facts["cgroup"] == "v2"
     assert merge_fact("mapped by Allocate", "mapped by identity") == "mapped by Allocate; mapped by identity"
+
+
+# -- details that show the cause ------------------------------------------------------------------------------------
+
+
+def test_a_flap_verdict_shows_the_last_state_the_plugin_reported(tmp_path: Path) -> None:
+    """stuck-unhealthy sends its all-Unhealthy list during the flap and nothing after: the detail must say so."""
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dp", "--defect",
+                           "stuck-unhealthy", "--check", "DP-HLT-03", "--reaction-bound", "4", "--jobs", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "report.json").read_text())
+    report = report["subjects"][0] if "subjects" in report else report
+    check = next(c for c in report["checks"] if c["id"] == "DP-HLT-03")
+    assert check["verdict"] == "fail", (check["detail"], proc.stderr[-2000:])
+    assert "the last state the plugin reported: " in check["detail"], check["detail"]
+    assert "gpu-0=Unhealthy" in check["detail"] and "answering +" in check["detail"], check["detail"]
+    assert "device.fail [devices] device=gpu-0" in check["detail"] and "no list since" in check["detail"]

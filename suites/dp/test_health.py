@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fake_devices.nvml.surface import APPLICATION_XIDS, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_UNKNOWN
 from fake_devices.scripts import flap, run_script
-from harness.instruments.timeline import Event
+from harness.instruments.timeline import Event, WaitTimeout, describe
 from harness.spec.checks import MUST, SHOULD, check, expect, not_exercised
 from harness.spec.subjects import OVER_LIMIT_C
 from harness.world.devicemap import IDENTITY, DeviceMap
@@ -30,6 +30,7 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # deviceplugin v1beta1 constants.go
 DEVICE_EVENTS = tuple(f"device.{op}" for op in ("fail", "recover", "heat", "cool", "unplug", "plug"))
 FLAP_CYCLES = 5
 FLAP_PERIOD_S = 0.25  # fixed in every profile: a verdict must not depend on the profile
+SHOWN_DEVICES = 8  # devices of a list quoted in a detail: a 100,000-device list is counted, not copied
 SCRIPT_TIMEOUT_S = 60.0  # a flap script that has not finished by then is a harness fault
 NVML_CHECKS = ("DP-HLT-06", "DP-HLT-07", "DP-HLT-08")  # exercised only through the nvml skin's NVML surface
 LEVELZERO_CHECKS = ("DP-HLT-09",)  # exercised only through the drm skin's Level-Zero sidecar
@@ -99,13 +100,39 @@ def is_up(t: Target) -> Callable[[dict[str, str]], bool]:
 def wait_list(env: DPEnv, reg: Event, since: int, want: str, test: Callable[[dict[str, str]], bool]) -> Event:
     """The first ListAndWatch response after `since` that satisfies `test(devices)`."""
     endpoint = reg.get("endpoint_id")
-    event = env.timeline.wait_for(
-        lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet" and e.get("endpoint_id") == endpoint
-        and test(devices_of(e)),
-        env.profile.reaction_s, want, since,
-        relevant=("grpc.stream_msg", "kubelet.stream_end", "process.exit", *DEVICE_EVENTS))
+    try:
+        event = env.timeline.wait_for(
+            lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet" and e.get("endpoint_id") == endpoint
+            and test(devices_of(e)),
+            env.profile.reaction_s, want, since,
+            relevant=("grpc.stream_msg", "kubelet.stream_end", "process.exit", *DEVICE_EVENTS))
+    except WaitTimeout as err:
+        # Nothing new within T can still follow a state the plugin reported before: say which, and why.
+        raise AssertionError(f"{err}\n{last_reported(env, reg)}") from None
     env.timed(event, since, want)
     return event
+
+
+def last_reported(env: DPEnv, reg: Event) -> str:
+    """The last device list the plugin sent on this registration, and the backend change that came before it."""
+    endpoint = reg.get("endpoint_id")
+    sent = env.timeline.find(lambda e: e.kind == "grpc.stream_msg" and e.source == "kubelet"
+                             and e.get("endpoint_id") == endpoint)
+    if not sent:
+        return "the plugin sent no device list on this registration"
+    last = sent[-1]
+    devices = devices_of(last)
+    healthy, total = health_counts(devices)
+    shown = ", ".join(f"{d}={h}" for d, h in sorted(devices.items())[:SHOWN_DEVICES])
+    more = f" and {total - SHOWN_DEVICES} more" if total > SHOWN_DEVICES else ""
+    changes = [e for e in env.timeline.events() if e.kind in DEVICE_EVENTS]
+    # The plugin may answer a change before the backend's own record of it lands: the nearest one led to it.
+    cause = min(changes, key=lambda e: abs(e.t_ns - last.t_ns)) if changes else None
+    led = f", answering {describe(cause, env.timeline.origin_ns)}" if cause is not None else ""
+    later = [e for e in changes if e.t_ns > last.t_ns and e is not cause]
+    since = f"; no list since, through {len(later)} more backend change{'s' * (len(later) != 1)}" if later else ""
+    return (f"the last state the plugin reported: {healthy} of {total} {HEALTHY} ({shown}{more}) at "
+            f"{env.at(last)}{led}{since}")
 
 
 @check("DP-HLT-01", MUST, "a device that fails in the backend is reported Unhealthy within T")
