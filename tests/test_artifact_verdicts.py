@@ -187,3 +187,18 @@ def test_a_flap_verdict_shows_the_last_state_the_plugin_reported(tmp_path: Path)
     assert "the last state the plugin reported: " in check["detail"], check["detail"]
     assert "gpu-0=Unhealthy" in check["detail"] and "answering +" in check["detail"], check["detail"]
     assert "device.fail [devices] device=gpu-0" in check["detail"] and "no list since" in check["detail"]
+
+
+def test_a_restart_storm_verdict_starts_from_the_cause(tmp_path: Path) -> None:
+    """no-reregister: the detail shows the stream the restart ended and the plugin's own last words."""
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dp", "--defect",
+                           "no-reregister", "--check", "DP-RST-02", "--reaction-bound", "4", "--jobs", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    report = json.loads((tmp_path / "report.json").read_text())
+    report = report["subjects"][0] if "subjects" in report else report
+    check = next(c for c in report["checks"] if c["id"] == "DP-RST-02")
+    assert check["verdict"] == "fail", (check["detail"], proc.stderr[-2000:])
+    detail = check["detail"]
+    assert detail.startswith("expected restart 1: an accepted registration"), detail
+    assert "kubelet.stream_end [kubelet]" in detail, detail
+    assert "its last output:" in detail, detail

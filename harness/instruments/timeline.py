@@ -37,10 +37,12 @@ class WaitTimeout(AssertionError):
     failed check, not as a harness error.
     """
 
+    SHOWN = 8  # the last events a message quotes
+
     def __init__(self, awaiting: str, timeout_s: float, seen: list[Event], origin_ns: int,
                  waited_s: float | None = None) -> None:
         self.awaiting, self.timeout_s, self.seen = awaiting, timeout_s, seen
-        lines = [describe(e, origin_ns) for e in seen[-8:]] or ["nothing"]
+        lines = [describe(e, origin_ns) for e in seen[-self.SHOWN:]] or ["nothing"]
         after = f" (after {waited_s:.3f}s)" if waited_s is not None else ""
         super().__init__(
             f"expected {awaiting} within {timeout_s:g}s{after}; saw instead "

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import random
 
-from harness.instruments.timeline import WaitTimeout
+from harness.instruments.timeline import WaitTimeout, describe
 from harness.spec.checks import MUST, SHOULD, check, expect
-from harness.world.env import DPEnv
+from harness.world.env import REGISTRATION_KINDS, DPEnv
 
 RESTARTS = 5  # checks.md DP-RST-02
+# What a restart-storm detail quotes: the registrations, and what may have stopped the plugin (a stream that
+# ended on a failed send, its own exit).
+CAUSE_KINDS = (*REGISTRATION_KINDS, "kubelet.stream_end", "process.main_exit", "process.orphan_exit")
 
 
 def instance(env: DPEnv) -> int:
@@ -46,16 +49,32 @@ def test_restart_storm(dp_env: DPEnv) -> None:
                               env.profile.reaction_s, f"restart {n + 1}: a Register to hold", t)
         t2 = env.now()
         env.node.restart_kubelet()
-        reregistered(env, t2, f"restart {n + 1} (during registration)")
+        reregistered(env, t2, f"restart {n + 1} (during registration)", cycle_ns=t)
 
 
-def reregistered(env: DPEnv, since_ns: int, which: str) -> None:
-    """A registration with the kubelet instance now running, named by the restart that asked for it."""
+def reregistered(env: DPEnv, since_ns: int, which: str, cycle_ns: int | None = None) -> None:
+    """A registration with the kubelet instance now running, named by the restart that asked for it.
+
+    A miss is told from the start of its restart cycle (`cycle_ns`), stream ends included, and with the
+    plugin's own last words when it stopped: the cause (a stream send that failed while the kubelet was
+    away, and the plugin stopping itself over it) comes before the re-registration that never followed."""
     try:
         env.wait_registered(since_ns, instance=instance(env))
     except WaitTimeout as err:
-        raise WaitTimeout(f"{which}: {err.awaiting}", err.timeout_s, err.seen,
-                          env.timeline.origin_ns) from None
+        start = since_ns if cycle_ns is None else cycle_ns
+        seen = env.timeline.find(lambda e: e.kind in CAUSE_KINDS and (e.source == "kubelet" or env.is_mine(e)),
+                                 start)
+        causes = [e for e in seen if e.kind != "kubelet.start" and e.kind != "kubelet.stop"]
+        cut = causes and causes[0] not in seen[-WaitTimeout.SHOWN:]
+        first = f"\nwhat came first: {describe(causes[0], env.timeline.origin_ns)}" if cut else ""
+        said = env.exit_report() or f"the plugin is still running; its last output:\n{_tail(env)}"
+        raise AssertionError(f"{WaitTimeout(f'{which}: {err.awaiting}', err.timeout_s, seen, env.timeline.origin_ns)}"
+                             f"{first}\n{said}") from None
+
+
+def _tail(env: DPEnv, lines: int = 8) -> str:
+    tail = env.subject.log_tail(lines).strip()
+    return "\n".join("    " + line[:300] for line in tail.splitlines()) if tail else "    (no output)"
 
 
 @check("DP-RST-03", MUST, "when the kubelet deletes its socket, the plugin recreates it")
