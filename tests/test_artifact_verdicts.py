@@ -17,7 +17,7 @@ import pytest
 from fake_devices.access import AccessTrace
 from harness.spec.profiles import FAST
 from harness.spec.subjects import SubjectSpec, default_backend
-from harness.world.env import DPEnv
+from harness.world.env import DPEnv, SubjectUnavailable
 from reports.model import merge_fact, merge_facts
 
 
@@ -60,6 +60,25 @@ def test_a_declared_poll_period_bounds_the_wait_and_the_detail_says_so() -> None
         assert time.monotonic() - began < 3.0
         text = str(verdict.value)
         assert "0.4s (2 of its 0.2s poll periods" in text and "read none of the fake hardware's files" in text
+    finally:
+        env.close()
+
+
+def test_not_exercised_on_nvml_names_the_nvml_call_log_not_sysfs_files() -> None:
+    spec = SubjectSpec(name="t", kind="device-plugin", command=["/bin/true"], resource="example.com/t",
+                       backend={**default_backend(), "skin": "nvml"}, poll_s=0.1)
+    try:
+        env = DPEnv(spec, FAST)
+    except SubjectUnavailable as err:  # no C compiler for the fake libnvidia-ml.so.1
+        pytest.skip(str(err))
+    try:
+        env.access = AccessTrace(env.devices.root, env.timeline).start()  # type: ignore[union-attr]
+        with pytest.raises(pytest.skip.Exception) as verdict:
+            env.require_drive("health")
+        assert "its NVML calls: none" in str(verdict.value), verdict.value
+        with pytest.raises(pytest.skip.Exception) as verdict:
+            env.require_surface_read("health", "nvml", "the plugin watched no NVML events")
+        assert str(verdict.value).count("its NVML calls: none") == 1
     finally:
         env.close()
 
