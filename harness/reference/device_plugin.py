@@ -389,7 +389,7 @@ class ReferencePlugin:
             log.warning("Register failed: %s", err.details() if hasattr(err, "details") else err)
             if self.has("daemon-exits-on-reject") and err.code() != grpc.StatusCode.UNAVAILABLE:
                 log.error("the kubelet rejected the registration; exiting")
-                raise SystemExit(2)  # an answer, not an absent kubelet: exiting non-zero is a legal reaction
+                raise SystemExit(2) from None  # an answer, not an absent kubelet: exiting non-zero is a legal reaction
             return False
         finally:
             channel.close()
