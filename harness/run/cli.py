@@ -35,6 +35,7 @@ from pathlib import Path
 from fake_devices.cli import main as devices_main
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.instruments.userinput import check_number, escape_controls, oneline
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import claim
@@ -59,7 +60,8 @@ EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    pass
+    def __str__(self) -> str:
+        return escape_controls(super().__str__())  # one line, whatever the user typed
 
 
 def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -125,6 +127,7 @@ MAX_REPEAT = 100  # more runs than this is a soak, not a reproduction
 SCENARIO_COMMANDS = ("list", "show", "run", "-h", "--help")
 MUTANT_BOUND_S = 6.0  # fidelity: the real kubelet reacts within its 1 s node-status period (plus the 1 s hold)
 MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
+MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C", which is the default
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_one_off_flags(up)
     _add_world_flags(up)
     up.add_argument("--out", help="keep the session's timeline and subject log here")
-    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop by itself after this long")
+    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS",
+                    help=f"stop by itself after this long (at most {MAX_SESSION_S:g})")
     devices = sub.add_parser("devices", add_help=False,
                              help="control a running session's fake devices (fakelet devices --help)")
     devices.add_argument("args", nargs=argparse.REMAINDER)
@@ -460,6 +464,9 @@ def check_out(value: str) -> Path:
     if not value.strip():
         raise UsageError("--out is empty; name a directory for the report")
     out = Path(value).expanduser()
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"--out {oneline(value)}: a dangling symlink (to {oneline(os.readlink(out))}); "
+                         "remove it or name another directory")
     resolved = out.resolve()
     if resolved == Path("/") or resolved == Path.home().resolve():
         raise UsageError(f"--out {value}: refusing to write a report into {resolved}")
@@ -540,10 +547,13 @@ def cmd_subjects() -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("--for must be positive")
+    if args.duration is not None:
+        check_number("--for", args.duration, 0, MAX_SESSION_S, low_open=True)
+    out = check_out(args.out) if args.out is not None else None
     run = up_config(args)
     reap_dead_runs()
+    if out is not None:
+        fresh_out(out)
     session = Session(run, sys.stdout)
     try:
         session.start()
@@ -634,6 +644,8 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     if not 1 <= args.jobs <= max_jobs():
         raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    # Named here: a bad bound would otherwise surface from the first mutant's run as --reaction-bound's error.
+    check_number("--mutant-bound", args.mutant_bound, 0, PROFILES[args.profile].reaction_s, low_open=True)
     if args.defect and not args.subject:
         raise UsageError("--defect needs --subject")
     if args.subject and args.targets:
