@@ -8,6 +8,8 @@
     fakelet devices [--socket PATH] list
 
 The session's control socket comes from --socket, else $FAKELET_CONTROL_SOCKET.
+Ranges (checked here, and again by the session): DEGREES_C -273.15..1000, COUNT
+1..1000000, N (xid) 1..1000, --period up to 3600 s, --cycles up to 10000.
 Exit code: 0 done, 2 on bad input, an unreachable session, or a refusal.
 """
 
@@ -22,7 +24,7 @@ from typing import Any, NoReturn
 from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from fake_devices.control import CONTROL_OPS, ControlClient
 from fake_devices.scripts import MAX_FLAP_CYCLES, MAX_PERIOD_S
-from harness.instruments.userinput import UserInputError, check_number, quote
+from harness.instruments.userinput import UserInputError, check_number, oneline, quote
 
 EXIT_OK, EXIT_USAGE = 0, 2
 SOCKET_ENV = "FAKELET_CONTROL_SOCKET"
@@ -114,7 +116,7 @@ def session_call(prog: str, socket_arg: str | None, request: dict[str, Any], tim
         response = ControlClient(socket_path, timeout_s).call(op, **fields)
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-        print(f"{prog}: error: cannot reach the session at {socket_path}: {reason} "
+        print(f"{prog}: error: cannot reach the session at {oneline(socket_path)}: {reason} "
               "(is the session still running?)", file=sys.stderr)
         return None
     if as_json:

@@ -449,3 +449,10 @@ def test_a_kubeconfig_that_is_no_regular_file_is_refused_unread(tmp: Path, tmp_p
 def test_user_input_is_quoted_onto_one_line(tmp: Path) -> None:
     line = one_line_usage_error(fakelet(tmp, "run", "--check", "X\rY", timeout=BAD_INPUT_TIMEOUT_S))
     assert line.startswith("fakelet: error: unknown check ID(s) X\\rY; known:")
+
+
+@pytest.mark.parametrize("args", [["run", "--seed", "x"], ["up", "--for", "soon"], ["scenario", "run", "x", "--repeat",
+                                                                                  "y"], ["nonsense"], []])
+def test_argparse_errors_are_one_line_too(tmp: Path, args: list[str]) -> None:
+    line = one_line_usage_error(fakelet(tmp, *args, timeout=BAD_INPUT_TIMEOUT_S))
+    assert line.startswith("fakelet") and ": error: " in line and line.endswith("--help)"), line

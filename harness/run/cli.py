@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from fake_devices.cli import main as devices_main
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
@@ -62,6 +63,13 @@ EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
 class UsageError(Exception):
     def __str__(self) -> str:
         return escape_controls(super().__str__())  # one line, whatever the user typed
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other usage error: one line, exit 2 (its usage block is --help's job)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {escape_controls(message)} (see {self.prog} --help)\n")
 
 
 def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -131,7 +139,7 @@ MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C",
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
+    parser = _OneLineParser(prog="fakelet", description="Conformance and fault-injection harness "
                                      "for Kubernetes device plugins and DRA drivers.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run conformance checks and write reports")
@@ -492,7 +500,7 @@ def fresh_out(out: Path) -> None:
     if out.is_dir() and is_report_dir(out):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+    (out / REPORT_MARK).write_text("written by fakelet; a later run or session replaces this directory whole\n")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
