@@ -8,6 +8,8 @@
     fakelet devices [--socket PATH] list
 
 The session's control socket comes from --socket, else $FAKELET_CONTROL_SOCKET.
+Ranges (checked here, and again by the session): DEGREES_C -273.15..1000, COUNT
+1..1000000, N (xid) 1..1000, --period up to 3600 s, --cycles up to 10000.
 Exit code: 0 done, 2 on bad input, an unreachable session, or a refusal.
 """
 
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Any, NoReturn
 
+from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from fake_devices.control import CONTROL_OPS, ControlClient
+from fake_devices.scripts import MAX_FLAP_CYCLES, MAX_PERIOD_S
+from harness.instruments.userinput import UserInputError, check_number, oneline, quote
 
 EXIT_OK, EXIT_USAGE = 0, 2
 SOCKET_ENV = "FAKELET_CONTROL_SOCKET"
@@ -63,29 +67,19 @@ def request_for(args: argparse.Namespace) -> dict[str, Any]:
     if op in NEEDS_VALUE:
         if args.value is None:
             raise UsageError(f"{op} needs a temperature in degrees C, e.g. {op} {args.device} 95")
-        request["value"] = _number(args.value, f"{op} temperature")
+        request["value"] = _number(args.value, f"{op} temperature", *TEMPERATURE_RANGE_C)
     elif op == "xid":
-        try:
-            request["value"] = int(args.value)
-        except (TypeError, ValueError):
-            raise UsageError(f"xid needs an XID number, e.g. xid {args.device} 79 (got {args.value!r})") from None
+        if args.value is None:
+            raise UsageError(f"xid needs an XID number, e.g. xid {args.device} 79")
+        request["value"] = _whole(args.value, "xid", 1, MAX_XID)
     elif op == "ecc":
         if args.value is not None:
-            try:
-                count = int(args.value)
-            except ValueError:
-                raise UsageError(f"ecc count must be a positive integer, got {args.value!r}") from None
-            if count < 1:
-                raise UsageError(f"ecc count must be a positive integer, got {args.value!r}")
-            request["value"] = count
+            request["value"] = _whole(args.value, "ecc count", 1, MAX_ECC_BURST)
     elif args.value is not None:
-        raise UsageError(f"{op} takes no value (got {args.value!r})")
+        raise UsageError(f"{op} takes no value (got {quote(args.value)})")
     if op == "flap":
-        if not math.isfinite(args.period) or args.period <= 0:
-            raise UsageError(f"--period must be a positive number of seconds, got {args.period:g}")
-        if args.cycles < 1:
-            raise UsageError(f"--cycles must be a positive integer, got {args.cycles}")
-        request.update(period_s=args.period, cycles=args.cycles)
+        request.update(period_s=_checked("--period", args.period, 0, MAX_PERIOD_S, low_open=True),
+                       cycles=_checked("--cycles", args.cycles, 1, MAX_FLAP_CYCLES, integer=True))
     return request
 
 
@@ -122,7 +116,7 @@ def session_call(prog: str, socket_arg: str | None, request: dict[str, Any], tim
         response = ControlClient(socket_path, timeout_s).call(op, **fields)
     except (OSError, ValueError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
-        print(f"{prog}: error: cannot reach the session at {socket_path}: {reason} "
+        print(f"{prog}: error: cannot reach the session at {oneline(socket_path)}: {reason} "
               "(is the session still running?)", file=sys.stderr)
         return None
     if as_json:
@@ -148,14 +142,27 @@ def summary(state: dict[str, Any]) -> str:
             f"ecc_errors={state.get('ecc_errors')}, numa={state.get('numa')}, node={state.get('node')}")
 
 
-def _number(text: str, what: str) -> float:
+def _checked(what: str, value: float, low: float, high: float, **kw: bool) -> float:
+    try:
+        return check_number(what, value, low, high, **kw)
+    except UserInputError as err:
+        raise UsageError(str(err)) from None
+
+
+def _number(text: str, what: str, low: float, high: float) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise UsageError(f"{what} must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise UsageError(f"{what} must be a finite number, got {text!r}")
-    return value
+        raise UsageError(f"{what} must be a number, got {quote(text)}") from None
+    return _checked(what, value, low, high)
+
+
+def _whole(text: str, what: str, low: int, high: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{what} must be a whole number from {low} to {high}, got {quote(text)}") from None
+    return int(_checked(what, value, low, high, integer=True))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ must outlive a typo.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import stat
@@ -26,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from fake_devices.backend import OPS, DeviceBackend
-from fake_devices.scripts import flap, run_script
+from fake_devices.scripts import MAX_FLAP_CYCLES, MAX_PERIOD_S, flap, run_script
+from harness.instruments.userinput import UserInputError, check_number
 
 CONTROL_OPS = (*OPS, "state", "list", "flap")
 MAX_LINE = 64 * 1024  # a request is a few dozen bytes; anything huge is not one
@@ -201,11 +201,11 @@ class ControlServer:
 
     def _flap(self, device: str, request: dict[str, Any]) -> dict[str, Any]:
         period, cycles = request.get("period_s", 1.0), request.get("cycles", 3)
-        if isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period) \
-                or period <= 0:
-            return {"ok": False, "error": f"'period_s' must be a positive number, got {period!r}"}
-        if isinstance(cycles, bool) or not isinstance(cycles, int) or cycles < 1:
-            return {"ok": False, "error": f"'cycles' must be a positive integer, got {cycles!r}"}
+        try:
+            check_number("'period_s'", period, 0, MAX_PERIOD_S, low_open=True)
+            check_number("'cycles'", cycles, 1, MAX_FLAP_CYCLES, integer=True)
+        except UserInputError as err:
+            return {"ok": False, "error": str(err)}
         state = self.backend.state(device)  # unknown device: answered now, not lost in a thread
         steps = flap(device, float(period), cycles)
         self._spawn(run_script, "fakelet-control-flap", self.backend, steps, self._stop)

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from harness.instruments.userinput import UserInputError, read_user_text
+
 CLASSES = ("gpu", "nic", "fpga", "generic")
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"  # deviceplugin v1beta1 constants.go
 HEALTH_VALUES = (HEALTHY, UNHEALTHY)
@@ -165,9 +167,9 @@ class Inventory:
     def load(cls, path: Path | str) -> Inventory:
         path = Path(path)
         try:
-            text = path.read_text()
-        except OSError as e:
-            raise ValueError(f"{path}: cannot read inventory: {e.strerror or e}") from None
+            text = read_user_text(path)
+        except UserInputError as e:
+            raise ValueError(f"{e.where}: cannot read inventory: {e.problem.removeprefix('cannot read: ')}") from None
         return cls.from_yaml(text, str(path))
 
 

@@ -18,6 +18,10 @@ from fake_devices.backend import OPS, DeviceBackend
 from fake_devices.model import Inventory
 
 NEEDS_VALUE = ("heat", "cool")
+# A flap is a few cycles a person watches; past these it is a typo, and its steps would fill memory
+# (one per half cycle) or wait past what a timer can hold.
+MAX_FLAP_CYCLES = 10_000
+MAX_PERIOD_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ def flap(device: str, period_s: float, cycles: int) -> list[Step]:
     """
     _positive("period_s", period_s)
     _count("cycles", cycles)
+    if period_s > MAX_PERIOD_S or cycles > MAX_FLAP_CYCLES:
+        raise ValueError(f"flap of {cycles} cycles of {period_s:g}s: at most {MAX_FLAP_CYCLES} cycles of "
+                         f"{MAX_PERIOD_S:g}s")
     steps = []
     for k in range(cycles):
         steps += [Step(k * period_s, "fail", device), Step(k * period_s + period_s / 2, "recover", device)]

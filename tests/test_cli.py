@@ -353,3 +353,106 @@ def test_a_kubeconfig_that_does_not_parse_is_bad_input(tmp: Path, tmp_path: Path
                    "--out", str(tmp_path / "out"), timeout=60)
     assert proc.returncode == 2 and "not YAML" in proc.stderr, proc.stderr
     assert leftovers(tmp) == [] and not (tmp_path / "out").exists()
+
+
+# -- careless input, second pass (issue 28): every command validates like `fakelet run` ----------------------
+
+BAD_INPUT_TIMEOUT_S = 60
+
+
+def one_line_usage_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("nan", "got nan"), ("inf", "got inf"), ("1e300", "got 1e+300"), ("0", "got 0"), ("-1", "got -1"),
+])
+def test_up_for_is_finite_and_bounded(tmp: Path, value: str, says: str) -> None:
+    # nan stopped the session at once, inf and 1e300 were a traceback from threading's timer.
+    line = one_line_usage_error(fakelet(tmp, "up", "--for", value, timeout=BAD_INPUT_TIMEOUT_S))
+    assert line == f"fakelet: error: --for must be a positive number (at most 604800), {says}"
+    assert leftovers(tmp) == []
+
+
+@pytest.mark.parametrize(("kind", "says"), [
+    ("nonempty", "is not empty and holds no fakelet report"),
+    ("file", "exists and is not a directory"),
+    ("dangling", "a dangling symlink"),
+])
+@pytest.mark.parametrize("command", ["up", "run"])
+def test_out_that_cannot_be_a_report_dir_is_refused_before_anything_starts(
+        tmp: Path, tmp_path: Path, kind: str, says: str, command: str) -> None:
+    # `up --out` wrote into an unrelated non-empty directory; an --out that was a file left the whole sandbox
+    # behind; a dangling symlink said "File exists".
+    out = tmp_path / "out"
+    if kind == "nonempty":
+        out.mkdir()
+        (out / "mine.txt").write_text("someone's\n")
+    elif kind == "file":
+        out.write_text("someone's\n")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    proc = fakelet(tmp, command, "--out", str(out), *(["--for", "1"] if command == "up" else []),
+                   timeout=BAD_INPUT_TIMEOUT_S)
+    assert says in one_line_usage_error(proc)
+    assert leftovers(tmp) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    if kind == "nonempty":
+        assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["run", "--seed", "-1"], "--seed must be a non-negative integer (at most 9223372036854775807), got -1"),
+    (["up", "--seed", str(2**64)], f"--seed must be a non-negative integer (at most 9223372036854775807), got {2**64}"),
+    (["fidelity", "--mutant-bound", "nan"], "--mutant-bound must be a positive number (at most 30), got nan"),
+    (["fidelity", "--mutant-bound", "45"], "--mutant-bound must be a positive number (at most 30), got 45"),
+    (["pods", "create", "--count", "100000"], "--count must be a positive integer (at most 64), got 100000"),
+    (["pods", "create", "--toleration-seconds", str(2**70)], "--toleration-seconds must be a non-negative integer "
+                                                            f"(at most 3600), got {2**70}"),
+    (["devices", "flap", "gpu-0", "--cycles", "1000000000"],
+     "--cycles must be a positive integer (at most 10000), got 1000000000"),
+    (["devices", "flap", "gpu-0", "--period", "1e300"],
+     "--period must be a positive number (at most 3600), got 1e+300"),
+    (["devices", "flap", "gpu-0", "--period", "nan"], "--period must be a positive number (at most 3600), got nan"),
+    (["devices", "heat", "gpu-0", "1e9"], "heat temperature must be a number from -273.15 to 1000, got 1e+09"),
+    (["devices", "ecc", "gpu-0", str(10**12)], "ecc count must be a positive integer (at most 1000000), got "
+                                               f"{10**12}"),
+    (["devices", "xid", "gpu-0", str(10**12)], f"xid must be a positive integer (at most 1000), got {10**12}"),
+])
+def test_numeric_flags_are_finite_and_in_range_everywhere(tmp: Path, args: list[str], says: str) -> None:
+    # Checked before anything is reached: --socket names no session, and a run that slipped through stays short.
+    socket = ["--socket", str(tmp / "none.sock")] if args[0] in ("pods", "devices") else []
+    short = {"run": ["--check", "DP-REG-02"], "up": ["--for", "1"], "fidelity": ["--subject", "reference-dp"]}
+    out = ["--out", str(tmp / "out")] if args[0] in short else []
+    proc = fakelet(tmp, args[0], *socket, *args[1:], *short.get(args[0], []), *out, timeout=BAD_INPUT_TIMEOUT_S)
+    assert one_line_usage_error(proc).endswith(says), proc.stderr
+    assert leftovers(tmp) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling"])
+def test_a_kubeconfig_that_is_no_regular_file_is_refused_unread(tmp: Path, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "kubeconfig"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "gone")
+    proc = fakelet(tmp, "run", "--subject", "reference-dra", "--control-plane", f"kubeconfig:{path}",
+                   "--out", str(tmp_path / "out"), timeout=BAD_INPUT_TIMEOUT_S)
+    says = "a FIFO, not a regular file" if kind == "fifo" else "a dangling symlink"
+    assert f"kubeconfig {path}: cannot read: {says}" in one_line_usage_error(proc)
+    assert leftovers(tmp) == []
+
+
+def test_user_input_is_quoted_onto_one_line(tmp: Path) -> None:
+    line = one_line_usage_error(fakelet(tmp, "run", "--check", "X\rY", timeout=BAD_INPUT_TIMEOUT_S))
+    assert line.startswith("fakelet: error: unknown check ID(s) X\\rY; known:")
+
+
+@pytest.mark.parametrize("args", [["run", "--seed", "x"], ["up", "--for", "soon"], ["scenario", "run", "x", "--repeat",
+                                                                                  "y"], ["nonsense"], []])
+def test_argparse_errors_are_one_line_too(tmp: Path, args: list[str]) -> None:
+    line = one_line_usage_error(fakelet(tmp, *args, timeout=BAD_INPUT_TIMEOUT_S))
+    assert line.startswith("fakelet") and ": error: " in line and line.endswith("--help)"), line

@@ -516,6 +516,8 @@ def test_script_shapes() -> None:
         "+0.000s heat gpu-1 to 40 C", "+0.000s ecc gpu-0 +1 error(s)", "+0.000s fail gpu-0"]
     with pytest.raises(ValueError, match="period_s must be a positive number"):
         flap("gpu-0", 0, 3)
+    with pytest.raises(ValueError, match="at most 10000 cycles of 3600s"):
+        flap("gpu-0", 1e300, 3)
     with pytest.raises(ValueError, match="unknown op"):
         Step(0.0, "melt", "gpu-0")
     with pytest.raises(ValueError, match="needs a temperature"):
@@ -627,6 +629,10 @@ def test_control_round_trip(server: ControlServer, backend: DeviceBackend) -> No
     (b'{"op": "ecc", "device": "gpu-0", "value": 1.5}\n', "positive integer"),
     (b'{"op": "flap", "device": "gpu-0", "period_s": -1}\n', "'period_s' must be a positive number"),
     (b'{"op": "flap", "device": "gpu-0", "cycles": 0}\n', "'cycles' must be a positive integer"),
+    # A period past what a timer holds killed the flap thread with the device left failed (issue 28);
+    # a billion cycles filled memory with steps.
+    (b'{"op": "flap", "device": "gpu-0", "period_s": 1e300}\n', "'period_s' must be a positive number (at most"),
+    (b'{"op": "flap", "device": "gpu-0", "cycles": 1000000000}\n', "'cycles' must be a positive integer (at most"),
     (b'{"op": "flap", "device": "gpu-9"}\n', "unknown device 'gpu-9'"),
 ])
 def test_control_answers_bad_requests_and_survives(server: ControlServer, payload: bytes, match: str) -> None:

@@ -5,6 +5,7 @@ with file, line and field, and a failed check's repro file replays."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,51 @@ def test_a_dra_pods_status_and_checkpoint_read_both_kubelets(tmp_path, node):
         pytest.skip(report["checks"][0]["detail"].splitlines()[0])
     assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
     assert "allocatedResourcesStatus of w: Unhealthy" in output and "DRA checkpoint: claims 1" in output
+
+
+# -- careless input (issue 28): values the fake hardware would refuse midway are refused when the file loads --
+
+HOLD = "  - hold: 500ms"
+
+
+@pytest.mark.parametrize(("step", "where", "says"), [
+    ("  - device: {heat: '@0', to: 1e9}", "steps[4].device.to", "a temperature in degrees C, -273.15 to 1000"),
+    ("  - device: {cool: '@0', to: .nan}", "steps[4].device.to", "a temperature in degrees C"),
+    ("  - device: {ecc: '@0', count: 10000000}", "steps[4].device.count", "a whole number from 1 to 1000000"),
+    ("  - device: {xid: '@0', code: 100000}", "steps[4].device.code", "a whole number from 1 to 1000"),
+    ("  - script: {ramp: '@0', from: 90, to: 40, step: 5, period: 1}", "steps[4].script.to", "at least from"),
+    ("  - script: {ramp: '@0', from: 40, to: 90, step: 0, period: 1}", "steps[4].script.step", "a positive number"),
+    ("  - script: {ramp: '@0', from: 40, to: 90, step: 0.001, period: 1}", "steps[4].script.step",
+     "at most 1000 steps"),
+    ("  - script: {ramp: '@0', from: 40, to: .inf, step: 5, period: 1}", "steps[4].script.to",
+     "a temperature in degrees C"),
+])
+def test_values_are_checked_when_the_file_loads(step: str, where: str, says: str) -> None:
+    with pytest.raises(ProfileError) as err:
+        loads(WRITTEN_BY_HAND.replace(HOLD, step), "x.yaml")
+    assert str(err.value).startswith(f"x.yaml:10: {where}: "), str(err.value)
+    assert says in str(err.value)
+
+
+def test_scenario_seed_and_dash_dash_seed_share_one_range(tmp_path):
+    for seed in (-1, 2**63):
+        with pytest.raises(ProfileError, match=r"seed: a whole number from 0 to 9223372036854775807"):
+            loads(f"seed: {seed}\n" + WRITTEN_BY_HAND, "x.yaml")
+    assert loads(f"seed: {2**63 - 1}\n" + WRITTEN_BY_HAND, "x.yaml").seed == 2**63 - 1
+    code, output, _ = scenario_run(tmp_path / "out", "dp-checkpoint-lost-reboot", "--seed", str(2**63))
+    assert code == 2 and "--seed must be a non-negative integer (at most 9223372036854775807)" in output, output
+    assert len(output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling"])
+def test_a_scenario_file_that_is_no_regular_file_is_refused_unread(tmp_path, kind):
+    # A FIFO blocked `scenario run --file` forever.
+    path = tmp_path / "s.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "gone.yaml")
+    code, output, _ = scenario_run(tmp_path / "out", "--file", str(path))
+    says = "a FIFO, not a regular file" if kind == "fifo" else "a dangling symlink"
+    assert code == 2 and f"{path}: cannot read: {says}" in output, output
+    assert len(output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

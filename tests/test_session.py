@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 LINE_TIMEOUT_S = 30.0
 
 
@@ -67,3 +69,21 @@ def test_devices_without_a_session_is_a_clear_error() -> None:
                           text=True, timeout=30, env=env)
     assert proc.returncode == 2
     assert "no session" in proc.stderr
+
+
+def test_artifacts_that_cannot_be_written_never_leave_the_sandbox_behind(tmp_path: Path) -> None:
+    # `fakelet up --out FILE` used to leave the whole sandbox in /tmp when keeping its artifacts failed.
+    from harness.spec.profiles import FAST
+    from harness.spec.subjects import load_subject
+    from harness.world.env import DPEnv
+
+    (tmp_path / "afile").write_text("someone's\n")
+    env = DPEnv(load_subject("reference-dp"), FAST, artifacts=tmp_path / "afile")
+    try:
+        with pytest.raises(FileExistsError):
+            env.close()
+        left_behind = env.sandbox.path.exists()
+    finally:
+        env.sandbox.close()  # idempotent: only here so that a failing run of this test cleans up too
+    assert not left_behind
+    assert (tmp_path / "afile").read_text() == "someone's\n"

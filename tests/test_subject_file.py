@@ -389,3 +389,74 @@ def test_env_and_pass_env_values_reach_a_running_plugin(tmp: Path, tmp_path: Pat
     assert seen["FAKELET_TEST_TOKEN"] == "s3cret"
     assert seen["ROOT"].startswith(str(tmp)) and seen["ROOT"].endswith("/hw")
     assert fakelet_entries(tmp) == []
+
+
+# -- careless input: special files, control characters, overrides that point nowhere (issue 28) -----------
+
+
+def special_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Paths that are not regular files, with what the one-line error must say about each."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling.yaml"
+    dangling.symlink_to(tmp_path / "gone.yaml")
+    directory = tmp_path / "dir.yaml"
+    directory.mkdir()
+    return {"fifo": (fifo, "a FIFO, not a regular file"),
+            "dangling": (dangling, f"a dangling symlink (to '{tmp_path}/gone.yaml')"),
+            "directory": (directory, "a directory, not a regular file")}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dangling", "directory"])
+@pytest.mark.parametrize("flag", ["--subject-file", "--inventory"])
+def test_a_special_file_is_refused_unread_in_one_line(tmp: Path, tmp_path: Path, kind: str, flag: str) -> None:
+    # A FIFO used to block the read forever (no writer ever comes); a dangling symlink said "No such file".
+    path, says = special_files(tmp_path)[kind]
+    proc = fakelet(tmp, "run", flag, str(path), "--out", str(tmp_path / "out"), timeout=BAD_INPUT_TIMEOUT_S)
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}: cannot read: {says}" in lines[0], proc.stderr
+    assert fakelet_entries(tmp) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('name: x\nkind: device-plugin\n"ty\\rpo": 1\n', "x.yaml:3: 'ty\\rpo': unknown field"),
+    ('name: x\nkind: device-plugin\nresource: a.example.com/b\ncommand: [x]\nenv: {"A\\rB": "1"}\n',
+     "x.yaml:5: 'env.A\\rB': key must be an environment variable name"),
+    ('name: x\nkind: device-plugin\nresource: a.example.com/b\ncommand: [x]\ndefects: {"d\\nx": 1}\n',
+     "x.yaml:5: 'defects.d\\nx': must be a mapping"),
+])
+def test_control_characters_in_a_key_keep_the_error_on_one_line(tmp: Path, tmp_path: Path, text: str,
+                                                                  says: str) -> None:
+    # Found by hypothesis (test_fuzz_cli): a key holding a carriage return split the error in two.
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    proc = fakelet(tmp, "run", "--subject-file", str(path), timeout=BAD_INPUT_TIMEOUT_S)
+    assert proc.returncode == 2, proc
+    assert "\r" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, repr(proc.stderr)
+    assert says in proc.stderr, proc.stderr
+
+
+def test_a_file_name_with_a_newline_stays_on_one_line(tmp: Path, tmp_path: Path) -> None:
+    path = tmp_path / "a\nb.yaml"
+    path.write_text("name: [")
+    proc = fakelet(tmp, "run", "--subject-file", str(path), timeout=BAD_INPUT_TIMEOUT_S)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, repr(proc.stderr)
+    assert "a\\nb.yaml:1: not valid YAML" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["/nowhere/at/all", "EMPTY_DIR"])
+def test_a_fixtures_override_that_points_nowhere_is_an_error(tmp: Path, tmp_path: Path, where: str) -> None:
+    # It used to fall back to the bundled fixtures in silence: the user's own were never used.
+    value = str(tmp_path) if where == "EMPTY_DIR" else where
+    proc = fakelet(tmp, "subjects", env={"FAKELET_FIXTURES": value}, timeout=BAD_INPUT_TIMEOUT_S)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip() == (f"fakelet: error: FAKELET_FIXTURES={value}: not a fakelet fixtures directory "
+                                   "(no subjects/ in it); unset it or point it at one"), proc.stderr
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63])
+def test_seed_has_the_scenario_schemas_range(seed: int) -> None:
+    with pytest.raises(ProfileError, match=r"--seed must be a non-negative integer \(at most 9223372036854775807\)"):
+        RunConfig.build(subject="reference-dp", seed=seed)
+    assert RunConfig.build(subject="reference-dp", seed=2**63 - 1).seed == 2**63 - 1

@@ -32,6 +32,14 @@ from typing import Any
 from fake_devices.materialize import has_drm
 from fake_devices.model import Inventory
 from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
+from harness.instruments.userinput import (
+    MAX_SEED,
+    UserInputError,
+    check_number,
+    check_user_file,
+    oneline,
+    read_user_text,
+)
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.launch import gobuild
@@ -70,6 +78,7 @@ UNAVAILABLE = "unavailable:"  # a control plane the CLI failed to start; the res
 SHARED_CONTROL_PLANE_ENV = "FAKELET_SHARED_CONTROL_PLANE"
 CONFIG_FORMAT = 1  # bump when a serialized RunConfig changes incompatibly
 THERMAL_RANGE_C = (20.0, 150.0)  # --thermal-threshold: what a GPU's slowdown or shutdown limit can be
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # a run config carries its subject, whose file may be 1 MiB of YAML
 
 
 NODES = ("fake", "real")
@@ -117,12 +126,12 @@ def check_control_plane(spec: str) -> str:
         return spec
     if spec.startswith("kubeconfig:"):
         path = Path(spec.removeprefix("kubeconfig:"))
-        if not path.is_file():
-            raise ProfileError(f"--control-plane {spec}: no such kubeconfig file {path}")
+        if not os.path.lexists(path):  # anything else there (a FIFO, a dangling symlink): the reader says what
+            raise ProfileError(f"--control-plane {oneline(spec)}: no such kubeconfig file {oneline(path)}")
         try:  # parsed now, so a broken kubeconfig is bad input, not a run of skipped checks
             load_kubeconfig(path)
         except (KubeconfigError, OSError, ValueError) as err:
-            raise ProfileError(f"--control-plane {spec}: {err}") from None
+            raise ProfileError(f"--control-plane {oneline(spec)}: {err}") from None
         return f"kubeconfig:{path.resolve()}"
     raise ProfileError(f"--control-plane {spec!r}: choose one of {', '.join(CONTROL_PLANES)}")
 
@@ -175,7 +184,9 @@ class Overrides:
         """Paths made absolute (so a repro line works from anywhere); bundled bare names stay names."""
         inventory = self.inventory
         if inventory is not None and ("/" in inventory or Path(inventory).is_file()):
-            inventory = str(Path(inventory).resolve())
+            # Not resolved when it leads nowhere: the error must name the dangling link the user gave.
+            path = Path(inventory)
+            inventory = str(path.resolve() if path.exists() else path.absolute())
         return dataclasses.replace(self, inventory=inventory)
 
     def apply(self, spec: SubjectSpec) -> SubjectSpec:
@@ -467,9 +478,20 @@ def check_require(require: list[str]) -> list[str]:
     return list(require)
 
 
+def check_seed(seed: int) -> int:
+    """The range a scenario file's `seed` has too, so that every seed a run prints can be written back."""
+    try:
+        return int(check_number("--seed", seed, 0, MAX_SEED, integer=True))
+    except UserInputError as err:
+        raise ProfileError(str(err)) from None
+
+
 def check_binary(binary: str | None) -> None:
-    if binary is not None and not Path(binary).is_file():
-        raise ProfileError(f"--binary {binary}: no such file")
+    if binary is not None:
+        try:
+            check_user_file(binary, "--binary")
+        except UserInputError as err:
+            raise ProfileError(f"{err.where}: {err.problem.removeprefix('cannot read: ')}") from None
 
 
 # -- serialization helpers --------------------------------------------------------------
@@ -536,6 +558,7 @@ class RunConfig:
         check_executable(spec, binary, image)
         check_pass_env(spec, overrides.pass_env)
         check_inventories(spec)
+        seed = check_seed(seed)
         timing = get_profile(profile)
         if reaction_bound is not None:
             timing = timing.with_reaction_bound(reaction_bound)
@@ -625,9 +648,9 @@ class RunConfig:
     @classmethod
     def load(cls, path: Path | str) -> RunConfig:
         try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise ProfileError(f"--fakelet-config {path}: cannot read: {err.strerror or err}") from None
+            text = read_user_text(path, "--fakelet-config", MAX_CONFIG_BYTES)
+        except UserInputError as err:
+            raise ProfileError(str(err)) from None
         return cls.from_json(text)
 
     # -- the command that runs it again --------------------------------------------------

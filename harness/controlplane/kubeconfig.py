@@ -37,6 +37,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import NameValue, User, UserExec
 
 from harness.controlplane.base import ControlPlaneUnavailable
+from harness.instruments.userinput import UserInputError, read_user_file, read_user_text
 
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 # What lightkube is told: it refuses v1, and it runs a v1 plugin and reads its token exactly as a v1beta1 one.
@@ -44,6 +45,7 @@ LIGHTKUBE_EXEC_API = "client.authentication.k8s.io/v1beta1"
 EXEC_TIMEOUT_S = 60  # fakelet's bound on one exec credential plugin run (client-go sets none)
 EXEC_KILL_AFTER_S = 5  # then SIGKILL, for a plugin that ignores SIGTERM
 EXEC_EXTENSION = "client.authentication.k8s.io/exec"  # cluster extension passed to plugins as spec.cluster.config
+MAX_KUBECONFIG_BYTES = 16 * 1024 * 1024  # kubeconfigs embed certificates, for many clusters: larger than ours
 
 
 class KubeconfigError(ControlPlaneUnavailable):
@@ -78,11 +80,10 @@ def _material(section: dict, key: str, base: Path, where: str) -> bytes | None:
             raise KubeconfigError(f"{where}: {key}-data is not valid base64 ({err})") from err
     ref = section.get(key)
     if ref:
-        path = _file(str(ref), base)
         try:
-            return path.read_bytes()
-        except OSError as err:
-            raise KubeconfigError(f"{where}: {key} {path}: {err.strerror or err}") from err
+            return read_user_file(_file(str(ref), base), f"{where}: {key}", MAX_KUBECONFIG_BYTES)
+        except UserInputError as err:
+            raise KubeconfigError(str(err)) from None
     return None
 
 
@@ -136,9 +137,9 @@ def load_kubeconfig(path: Path, context: str | None = None) -> SingleConfig:
     path = Path(path)
     where = f"kubeconfig {path}"
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise KubeconfigError(f"{where}: cannot read: {err.strerror or err}") from err
+        text = read_user_text(path, "kubeconfig", MAX_KUBECONFIG_BYTES)
+    except UserInputError as err:
+        raise KubeconfigError(str(err)) from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -173,9 +174,9 @@ def load_kubeconfig(path: Path, context: str | None = None) -> SingleConfig:
     token_file = _file(str(user["tokenFile"]), base) if user.get("tokenFile") else None
     if token_file is not None:  # lightkube prefers it to a token given beside it
         try:
-            token_file.read_bytes()
-        except OSError as err:
-            raise KubeconfigError(f"{where}: tokenFile {token_file}: {err.strerror or err}") from err
+            read_user_file(token_file, f"{where}: tokenFile", MAX_KUBECONFIG_BYTES)
+        except UserInputError as err:
+            raise KubeconfigError(str(err)) from None
     cert = _material(user, "client-certificate", base, where)
     key = _material(user, "client-key", base, where)
     if (cert is None) != (key is None):

@@ -31,10 +31,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from fake_devices.cli import main as devices_main
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.instruments.userinput import check_number, escape_controls, oneline
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import claim
@@ -59,7 +61,15 @@ EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    pass
+    def __str__(self) -> str:
+        return escape_controls(super().__str__())  # one line, whatever the user typed
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other usage error: one line, exit 2 (its usage block is --help's job)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {escape_controls(message)} (see {self.prog} --help)\n")
 
 
 def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
@@ -128,10 +138,11 @@ MAX_REPEAT = 100  # more runs than this is a soak, not a reproduction
 SCENARIO_COMMANDS = ("list", "show", "run", "-h", "--help")
 MUTANT_BOUND_S = 6.0  # fidelity: the real kubelet reacts within its 1 s node-status period (plus the 1 s hold)
 MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
+MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C", which is the default
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fakelet", description="Conformance and fault-injection harness "
+    parser = _OneLineParser(prog="fakelet", description="Conformance and fault-injection harness "
                                      "for Kubernetes device plugins and DRA drivers.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run conformance checks and write reports")
@@ -179,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_one_off_flags(up)
     _add_world_flags(up)
     up.add_argument("--out", help="keep the session's timeline and subject log here")
-    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="stop by itself after this long")
+    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS",
+                    help=f"stop by itself after this long (at most {MAX_SESSION_S:g})")
     devices = sub.add_parser("devices", add_help=False,
                              help="control a running session's fake devices (fakelet devices --help)")
     devices.add_argument("args", nargs=argparse.REMAINDER)
@@ -463,6 +475,9 @@ def check_out(value: str) -> Path:
     if not value.strip():
         raise UsageError("--out is empty; name a directory for the report")
     out = Path(value).expanduser()
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"--out {oneline(value)}: a dangling symlink (to {oneline(os.readlink(out))}); "
+                         "remove it or name another directory")
     resolved = out.resolve()
     if resolved == Path("/") or resolved == Path.home().resolve():
         raise UsageError(f"--out {value}: refusing to write a report into {resolved}")
@@ -488,7 +503,7 @@ def fresh_out(out: Path) -> None:
     if out.is_dir() and is_report_dir(out):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+    (out / REPORT_MARK).write_text("written by fakelet; a later run or session replaces this directory whole\n")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -543,10 +558,13 @@ def cmd_subjects() -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if args.duration is not None and args.duration <= 0:
-        raise UsageError("--for must be positive")
+    if args.duration is not None:
+        check_number("--for", args.duration, 0, MAX_SESSION_S, low_open=True)
+    out = check_out(args.out) if args.out is not None else None
     run = up_config(args)
     reap_dead_runs()
+    if out is not None:
+        fresh_out(out)
     session = Session(run, sys.stdout)
     try:
         session.start()
@@ -637,6 +655,8 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
 def cmd_fidelity(args: argparse.Namespace) -> int:
     if not 1 <= args.jobs <= max_jobs():
         raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    # Named here: a bad bound would otherwise surface from the first mutant's run as --reaction-bound's error.
+    check_number("--mutant-bound", args.mutant_bound, 0, PROFILES[args.profile].reaction_s, low_open=True)
     if args.defect and not args.subject:
         raise UsageError("--defect needs --subject")
     if args.subject and args.targets:

@@ -16,6 +16,8 @@ import sys
 from typing import Any, NoReturn
 
 from fake_devices.cli import SOCKET_ENV, session_call
+from harness.instruments.userinput import UserInputError, check_number
+from harness.run.sessionops import MAX_PODS, MAX_TOLERATION_S
 
 EXIT_OK, EXIT_USAGE = 0, 2
 CALL_TIMEOUT_S = 120.0  # creating pods waits for each to run (its claims prepared)
@@ -57,10 +59,12 @@ def request_for(command: str, args: argparse.Namespace) -> dict[str, Any]:
         return request
     if args.action == "list":
         return {"op": "pods_list"}
-    if args.count < 1:
-        raise UsageError(f"--count must be at least 1, got {args.count}")
-    if args.toleration_seconds is not None and args.toleration_seconds < 0:
-        raise UsageError(f"--toleration-seconds must be >= 0, got {args.toleration_seconds}")
+    try:
+        check_number("--count", args.count, 1, MAX_PODS, integer=True)
+        if args.toleration_seconds is not None:
+            check_number("--toleration-seconds", args.toleration_seconds, 0, MAX_TOLERATION_S, integer=True)
+    except UserInputError as err:
+        raise UsageError(str(err)) from None
     request = {"op": "pods_create", "count": args.count}
     if args.toleration_seconds is not None:
         request["toleration_seconds"] = args.toleration_seconds

@@ -18,6 +18,7 @@ from harness.world.draenv import DRAEnv
 
 MANUAL_KEY = "fakelet.example.com/manual"  # the taint key of rules made by hand
 MAX_PODS = 64  # one `pods create` call; more is a benchmark, not a session
+MAX_TOLERATION_S = 3600  # as a scenario's taint-eviction story: longer is a soak, and unchecked it reaches the API
 
 
 class ClusterOps:
@@ -74,8 +75,10 @@ class ClusterOps:
         count, tolerate = request.get("count", 1), request.get("toleration_seconds")
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PODS:
             return {"ok": False, "error": f"count must be 1 to {MAX_PODS}, got {count!r}"}
-        if tolerate is not None and (isinstance(tolerate, bool) or not isinstance(tolerate, int) or tolerate < 0):
-            return {"ok": False, "error": f"toleration_seconds must be a whole number >= 0, got {tolerate!r}"}
+        if tolerate is not None and (isinstance(tolerate, bool) or not isinstance(tolerate, int)
+                                     or not 0 <= tolerate <= MAX_TOLERATION_S):
+            return {"ok": False, "error": f"toleration_seconds must be a whole number from 0 to {MAX_TOLERATION_S}, "
+                                          f"got {tolerate!r}"}
         tolerations = [{"operator": "Exists", "effect": NO_EXECUTE, "tolerationSeconds": tolerate}] \
             if tolerate is not None else []
         made = []

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.instruments.userinput import MAX_SEED
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import ACTIONS, check_step
 from harness.spec.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
@@ -112,8 +113,8 @@ def from_doc(doc: YamlDoc, path: Path) -> Scenario:
     if "upstream" in data and not URL.fullmatch(data["upstream"].strip()):
         raise ProfileError(f"{where('upstream')}: must be the report's https:// link")
     seed = data.get("seed", 0)
-    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
-        raise ProfileError(f"{where('seed')}: a non-negative whole number")
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED):
+        raise ProfileError(f"{where('seed')}: a whole number from 0 to {MAX_SEED} (as --seed)")
     if data["kind"] not in KINDS:
         raise ProfileError(f"{where('kind')}: {data['kind']!r} is not one of {', '.join(KINDS)}")
     name = path.stem

@@ -45,6 +45,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from harness.scenarios.step import Step
 
 ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "wait", "expect", "story",
@@ -74,6 +75,10 @@ MAX_DURATION_S = 600.0  # a step longer than ten minutes is a soak, not a reprod
 DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m)?")
 DEVICE_REF = re.compile(r"@\d{1,3}|@pod:[a-z0-9][a-z0-9-]*|[A-Za-z0-9][A-Za-z0-9._:-]*")
 POD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
+# What the fake hardware takes (fake_devices.backend), so that a scenario fails when it loads, not midway.
+DEVICE_VALUE_MAX = {"count": MAX_ECC_BURST, "code": MAX_XID}
+TEMPERATURES = f"{TEMPERATURE_RANGE_C[0]:g} to {TEMPERATURE_RANGE_C[1]:g}"
+MAX_RAMP_STEPS = 1000  # one step per period: more is a soak, and every step is held in memory
 
 Problem = tuple[str, str] | None  # (field path under the step, message)
 
@@ -212,12 +217,12 @@ def _device(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if extra:
         return f"device.{extra[0]}", f"unknown key for {op}"
     if op in ("heat", "cool"):
-        if not _number(arg.get("to")):
-            return "device.to", f"{op} needs to: a temperature in degrees C"
+        if not _temperature(arg.get("to")):
+            return "device.to", f"{op} needs to: a temperature in degrees C, {TEMPERATURES}"
     elif value_key and value_key in arg:
-        value = arg[value_key]
-        if not (_whole(value) and value >= 1):
-            return f"device.{value_key}", "a positive whole number"
+        value, most = arg[value_key], DEVICE_VALUE_MAX[value_key]
+        if not (_whole(value) and 1 <= value <= most):
+            return f"device.{value_key}", f"a whole number from 1 to {most}"
     elif op == "xid":
         return "device.code", "xid needs code: the XID number"
     return None
@@ -242,9 +247,26 @@ def _script(arg: Any, options: dict[str, Any], kind: str) -> Problem:
         elif key in ("period", "down"):
             if duration_s(value) is None or duration_s(value) == 0:
                 return f"script.{key}", "a positive duration (seconds, or '500ms')"
-        elif not _number(value):
-            return f"script.{key}", "a temperature in degrees C"
+        elif not _temperature(value):
+            return f"script.{key}", f"a temperature in degrees C, {TEMPERATURES}"
+    return _ramp(arg) if name == "ramp" else None
+
+
+def _ramp(arg: dict[str, Any]) -> Problem:
+    """What fake_devices.scripts.temperature_ramp would refuse when the step runs, or a ramp too long to hold."""
+    low, high, step = arg["from"], arg["to"], arg["step"]
+    if step <= 0:
+        return "script.step", "a positive number of degrees C"
+    if high < low:
+        return "script.to", f"at least from ({low:g} C): a ramp heats up, then cools back"
+    if (high - low) / step > MAX_RAMP_STEPS:
+        return "script.step", f"at most {MAX_RAMP_STEPS} steps from {low:g} to {high:g} C: take a larger step"
     return None
+
+
+def _temperature(value: Any) -> bool:
+    """A temperature the fake hardware accepts (fake_devices.backend refuses the rest when the step runs)."""
+    return _number(value) and TEMPERATURE_RANGE_C[0] <= value <= TEMPERATURE_RANGE_C[1]
 
 
 def _taint(arg: Any, options: dict[str, Any], kind: str) -> Problem:

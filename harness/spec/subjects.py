@@ -38,6 +38,14 @@ from typing import Any
 import yaml
 
 from fake_devices.materialize import SKINS
+from harness.instruments.userinput import (
+    MAX_USER_FILE_BYTES,
+    UserInputError,
+    check_user_file,
+    escape_controls,
+    oneline,
+    read_user_text,
+)
 from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 
 LAUNCHERS = ("process", "mount-namespace", "container")
@@ -65,7 +73,7 @@ EMPTY_OK = {"defect": "no --defect given", "kubeconfig": "no API server: the dri
 
 # Limits for subject and inventory YAML: a subject file is a few dozen lines, so
 # anything near these is a mistake or an attack (billion laughs, deep nesting).
-MAX_YAML_BYTES = 1024 * 1024
+MAX_YAML_BYTES = MAX_USER_FILE_BYTES
 MAX_ALIASES = 100
 MAX_ALIAS_NODES = 10_000
 MAX_DEPTH = 50
@@ -78,7 +86,14 @@ SUBJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # it names log files a
 
 
 class ProfileError(ValueError):
-    """A subject profile or subject flag is wrong; the message says where."""
+    """A subject profile or subject flag is wrong; the message says where, on one line."""
+
+    def __str__(self) -> str:
+        # User text (a key, a path) may hold a carriage return or a newline; the error stays one line.
+        return escape_controls(super().__str__())
+
+
+FIXTURES_ENV = "FAKELET_FIXTURES"
 
 
 def repo_root() -> Path:
@@ -87,12 +102,17 @@ def repo_root() -> Path:
 
 def fixtures_dir() -> Path:
     """Where fixtures/ lives: $FAKELET_FIXTURES, the source tree, or the installed data files."""
-    candidates = [os.environ.get("FAKELET_FIXTURES"), repo_root() / "fixtures",
-                  Path(sys.prefix) / "share" / "fakelet" / "fixtures"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "subjects").is_dir():
-            return Path(candidate)
-    raise ProfileError("fixtures/ not found: set FAKELET_FIXTURES to the fakelet fixtures directory")
+    override = os.environ.get(FIXTURES_ENV)
+    if override is not None:
+        # An override that points nowhere would silently run the bundled fixtures instead of the user's.
+        if not (Path(override) / "subjects").is_dir():
+            raise ProfileError(f"{FIXTURES_ENV}={oneline(override)}: not a fakelet fixtures directory (no subjects/ "
+                               "in it); unset it or point it at one")
+        return Path(override)
+    for candidate in (repo_root() / "fixtures", Path(sys.prefix) / "share" / "fakelet" / "fixtures"):
+        if (candidate / "subjects").is_dir():
+            return candidate
+    raise ProfileError(f"fixtures/ not found: set {FIXTURES_ENV} to the fakelet fixtures directory")
 
 
 @dataclass
@@ -297,19 +317,12 @@ def _index_lines(node: Any, path: str, lines: dict[str, int], dups: list[tuple[s
 
 
 def read_limited(path: Path) -> str:
-    """The text of a small YAML file; a ProfileError naming the file when it is unreadable or too big."""
+    """The text of a small YAML file; a ProfileError naming the file when it is unreadable, special or too big."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_YAML_BYTES + 1)
-    except OSError as err:
-        raise ProfileError(f"{path}: cannot read: {err.strerror or err}") from None
-    if len(raw) > MAX_YAML_BYTES:
-        raise ProfileError(f"{path}: larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB; "
-                           f"subject and inventory files are small YAML documents")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"{path}: not UTF-8 text (byte {err.start})") from None
+        return read_user_text(path, max_bytes=MAX_YAML_BYTES,
+                              about="subject and inventory files are small YAML documents")
+    except UserInputError as err:
+        raise ProfileError(str(err)) from None
 
 
 def parse_yaml(text: str, where: str) -> YamlDoc:
@@ -574,7 +587,7 @@ def locate(where: str, lines: dict[str, int], path: str) -> str:
     while probe and probe not in lines:
         probe = probe.rsplit(".", 1)[0] if "." in probe else ""
     line = lines.get(probe)
-    return f"{where}{f':{line}' if line else ''}{f': {path}' if path else ''}"
+    return f"{where}{f':{line}' if line else ''}{f': {oneline(path)}' if path else ''}"
 
 
 # -- from a document to a SubjectSpec --------------------------------------------------
@@ -598,6 +611,12 @@ def resolve_inventory(value: str, base_dir: Path | None, where: str) -> str:
     for path in candidates:
         if path.is_file():
             return str(path.resolve())
+    for path in candidates:
+        if os.path.lexists(path):  # there, but a directory, a FIFO or a dangling symlink: say which
+            try:
+                check_user_file(path, where)
+            except UserInputError as err:
+                raise ProfileError(str(err)) from None
     names = sorted(p.stem for p in (fixtures_dir() / "inventories").glob("*.yaml"))
     raise ProfileError(f"{where}: no inventory {value!r} (looked for {', '.join(str(p) for p in candidates)}); "
                        f"bundled: {', '.join(names) or 'none'}")

@@ -342,15 +342,21 @@ class DPEnv:
                 self.levelzero.stop()
             if self.devices is not None:
                 self.devices.stop()
-            if self.artifacts is not None:
-                self.artifacts.mkdir(parents=True, exist_ok=True)
-                self.timeline.dump(str(self.artifacts / "timeline.json"))
-                if self.subject.log_path.exists():
-                    shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
-                for log in ("kubelet.log", "containerd.log"):  # the real node's
-                    if (self.sandbox.path / "node" / log).is_file():
-                        shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
-            self.sandbox.close()
+            try:
+                self._keep_artifacts()
+            finally:  # artifacts that cannot be written never leave the sandbox behind
+                self.sandbox.close()
+
+    def _keep_artifacts(self) -> None:
+        if self.artifacts is None:
+            return
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        self.timeline.dump(str(self.artifacts / "timeline.json"))
+        if self.subject.log_path.exists():
+            shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
+        for log in ("kubelet.log", "containerd.log"):  # the real node's
+            if (self.sandbox.path / "node" / log).is_file():
+                shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
 
     def _gather_facts(self) -> None:
         """Subject-level facts for the report: what it read of the fake hardware, what it left running."""
