@@ -20,6 +20,7 @@ from fake_devices.levelzero import DEFAULT_SOCKET as LEVELZERO_SOCKET
 from fake_devices.levelzero import LevelZeroSidecar
 from fake_devices.model import Inventory
 from harness.instruments.filewatch import FileWatch
+from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Event, Timeline
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
@@ -76,8 +77,6 @@ class DPEnv:
         self.binary, self.artifacts = binary, artifacts
         self.real_node, self.kind = real_node, kind
         self.timeline = Timeline()
-        self.sandbox = Sandbox()
-        self.node = self._make_node()
         self.inventory: list[dict[str, Any]] | None = None
         self.devices: DeviceBackend | None = None
         self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
@@ -91,17 +90,18 @@ class DPEnv:
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         self.levelzero: LevelZeroSidecar | None = None  # the drm skins' Level-Zero health sidecar
         self.nvml_offered: list[str] = []  # where the plugin could find the NVML library (the report's fact)
+        self.sandbox = Sandbox()
+        # From here on whatever stops the constructor (an interrupt included) must not leave the sandbox or
+        # the fake hardware behind: no fixture holds this object yet to close it.
         try:
+            self.node = self._make_node()
             self.subject = self._make_launcher()
+            self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
+            self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
         except BaseException:
-            if self.levelzero is not None:
-                self.levelzero.stop()
-            if self.devices is not None:
-                self.devices.stop()
-            self.sandbox.close()
+            run_all([*([self.levelzero.stop] if self.levelzero is not None else []),
+                     *([self.devices.stop] if self.devices is not None else []), self.sandbox.close])
             raise
-        self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
-        self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
 
     # -- setup -------------------------------------------------------------
 
@@ -302,26 +302,23 @@ class DPEnv:
         return self
 
     def close(self) -> None:
-        try:
-            self.subject.stop()
-        finally:
-            self._gather_facts()
-            self.stop_scripts.set()
-            self.node.close()
-            self.files.stop()
-            if self.levelzero is not None:
-                self.levelzero.stop()
-            if self.devices is not None:
-                self.devices.stop()
-            if self.artifacts is not None:
-                self.artifacts.mkdir(parents=True, exist_ok=True)
-                self.timeline.dump(str(self.artifacts / "timeline.json"))
-                if self.subject.log_path.exists():
-                    shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
-                for log in ("kubelet.log", "containerd.log"):  # the real node's
-                    if (self.sandbox.path / "node" / log).is_file():
-                        shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
-            self.sandbox.close()
+        # Every step runs whatever an earlier one raised (an interrupt, a huge timeline failing to write):
+        # a step skipped here would leave the subject's processes, the kubelet's sockets or the sandbox behind.
+        run_all([self.subject.stop, self._gather_facts, self.stop_scripts.set, self.node.close, self.files.stop,
+                 *([self.levelzero.stop] if self.levelzero is not None else []),
+                 *([self.devices.stop] if self.devices is not None else []),
+                 self._save_artifacts, self.sandbox.close])
+
+    def _save_artifacts(self) -> None:
+        if self.artifacts is None:
+            return
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        self.timeline.dump(str(self.artifacts / "timeline.json"))
+        if self.subject.log_path.exists():
+            shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
+        for log in ("kubelet.log", "containerd.log"):  # the real node's
+            if (self.sandbox.path / "node" / log).is_file():
+                shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
 
     def _gather_facts(self) -> None:
         """Subject-level facts for the report: what it read of the fake hardware, what it left running."""
