@@ -21,6 +21,10 @@ from reports.model import CheckResult, SubjectReport
 
 HEALTHY = "Healthy"
 INJECTION_PREFIXES = ("fault.", "device.")
+# Of one check's timeline.json, the page embeds at most this much: writing the report stays bounded in time and
+# memory, also for a plugin listing 100,000 devices (each ListAndWatch event megabytes); the page says where the
+# whole timeline is.
+MAX_TIMELINE_BYTES = 4 * 1024 * 1024
 MAX_DEVICE_LANES = 24  # a 100,000-device plugin gets a readable plot: the devices fakelet changed, then the first
 
 
@@ -67,16 +71,53 @@ def parse_events(raw: Iterable[dict[str, Any]]) -> list[Ev]:
     return sorted(events, key=lambda ev: ev.t)
 
 
-def load_timeline(artifacts_dir: Path | None, check_id: str) -> list[Ev] | None:
-    """The check's timeline, or None when it has none (or it cannot be read)."""
+@dataclass(frozen=True)
+class Loaded:
+    """What the page embeds of one check's timeline: the events read, and how much of the file was left out."""
+
+    events: list[Ev]
+    size: int  # bytes of timeline.json
+    left_out: int  # bytes not read: 0 when the whole timeline is embedded
+
+
+def load_timeline(artifacts_dir: Path | None, check_id: str, cap: int | None = None) -> Loaded | None:
+    """The check's timeline (at most `cap` bytes of it, default MAX_TIMELINE_BYTES), or None when it has none
+    (or it cannot be read)."""
+    cap = MAX_TIMELINE_BYTES if cap is None else cap
     if artifacts_dir is None or not check_id or "/" in check_id or check_id.startswith("."):
         return None
     path = artifacts_dir / check_id / "timeline.json"
     try:
-        raw = json.loads(path.read_text())
+        size = path.stat().st_size
+        raw, used = (json.loads(path.read_bytes()), size) if size <= cap else read_lines(path, cap)
     except (OSError, ValueError):
         return None
-    return parse_events(raw) if isinstance(raw, list) else None
+    return Loaded(parse_events(raw), size, size - used) if isinstance(raw, list) else None
+
+
+def read_lines(path: Path, cap: int) -> tuple[list[Any], int]:
+    """The events of a one-event-a-line timeline (Timeline.dump) in its first `cap` bytes, and the bytes used.
+
+    Never more than `cap` bytes are read, also of one huge line; a timeline in another layout gives none.
+    """
+    events: list[Any] = []
+    with path.open("rb") as f:
+        used = len(f.readline(2))
+        if used != 2:
+            return [], 0
+        while used < cap:
+            line = f.readline(cap - used + 1)
+            if not line.endswith(b"\n") or len(line) > cap - used:
+                break  # the next event does not fit
+            text = line.strip().rstrip(b",")
+            if text == b"]":
+                return events, used + len(line)
+            try:
+                events.append(json.loads(text))
+            except ValueError:
+                break  # not one event a line (an older layout): what was read so far
+            used += len(line)
+    return events, used
 
 
 def is_injection(e: Ev) -> bool:
@@ -600,6 +641,7 @@ summary .title{font-weight:400}summary .aside{color:#59636e;font-weight:400;font
 pre{background:#f6f8fa;border:1px solid #d1d9e0;border-radius:6px;padding:8px 10px;white-space:pre-wrap;
  overflow-wrap:anywhere;margin:6px 0}
 .none{color:#59636e;font-style:italic}
+.capped{color:#9a6700;font-size:12px}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;color:#59636e;margin:2px 0 8px;padding:0;
  list-style:none}
 .legend svg{vertical-align:middle;margin-right:4px}
@@ -732,12 +774,26 @@ def verdict_table(report: SubjectReport, reactions: dict[str, float | None]) -> 
     return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
-def check_section(c: CheckResult, events: list[Ev] | None, reaction_s: float | None) -> str:
+def capped_note(check_id: str, loaded: Loaded) -> str:
+    """Where the whole timeline is, when the page shows only its beginning."""
+    if not loaded.left_out:
+        return ""
+    link = f"artifacts/{check_id}/timeline.json"
+    shown = loaded.size - loaded.left_out
+    return (f'<p class="capped">Timeline capped: the plot shows its first {len(loaded.events)} events '
+            f"({shown / 1e6:.1f} of {loaded.size / 1e6:.1f} MB). The whole timeline: "
+            f'<a href="{escape(link)}">{escape(link)}</a></p>')
+
+
+def check_section(c: CheckResult, loaded: Loaded | None, reaction_s: float | None) -> str:
     is_open = " open" if c.verdict in ("fail", "error") else ""
     summary = (f"<summary>{badge(c.verdict)} {escape(c.id)} <span class=\"title\">{escape(c.title)}</span>"
                f'<span class="aside">{escape(c.level)} &middot; {c.duration_s:.2f} s &middot; reaction '
                f"{fmt_reaction(reaction_s)}</span></summary>")
+    events = loaded.events if loaded is not None else None
     plot = (timeline_svg(events) + legend()) if events else '<p class="none">no timeline recorded</p>'
+    if loaded is not None:
+        plot = capped_note(c.id, loaded) + plot
     detail = f"<pre class=\"detail\">{escape(c.detail)}</pre>" if c.detail else ""
     detail += "".join(f'<p class="note">{escape(n)}</p>' for n in c.notes)
     repro = f'<p>Reproduce:</p><pre class="repro">{escape(c.repro)}</pre>' if c.repro and c.verdict != "pass" else ""
@@ -747,10 +803,15 @@ def check_section(c: CheckResult, events: list[Ev] | None, reaction_s: float | N
 
 def render(report: SubjectReport, artifacts_dir: Path | None) -> str:
     """The whole report as one self-contained HTML document."""
-    timelines = {c.id: load_timeline(artifacts_dir, c.id) for c in report.checks}
-    reactions = {cid: reaction_time(ev) if ev else None for cid, ev in timelines.items()}
+    # One check's timeline in memory at a time: its plot is made and its events dropped before the next.
+    reactions: dict[str, float | None] = {}
+    parts = []
+    for c in report.checks:
+        loaded = load_timeline(artifacts_dir, c.id)
+        reactions[c.id] = reaction_time(loaded.events) if loaded is not None and loaded.events else None
+        parts.append(check_section(c, loaded, reactions[c.id]))
     title = f"fakelet: {report.subject}" + (f" (defect {report.defect})" if report.defect else "")
-    sections = "".join(check_section(c, timelines[c.id], reactions[c.id]) for c in report.checks)
+    sections = "".join(parts)
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'

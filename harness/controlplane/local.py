@@ -43,7 +43,7 @@ from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavai
 from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.launch import gobuild
-from harness.launch.owners import claim
+from harness.launch.owners import owned_dir
 from harness.launch.process import _die_with_parent
 from harness.launch.reaper import reap
 
@@ -259,8 +259,7 @@ class LocalControlPlane:
             parent = Path(self.parent_dir or tempfile.gettempdir())
             # A SIGKILLed harness cannot remove its workdir (its servers died with it: pdeathsig).
             reap(parent)
-            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir=parent))  # 0700
-            claim(self.workdir)
+            self.workdir = owned_dir(WORKDIR_PREFIX, parent)  # 0700
             token = secrets.token_hex(24)
             self._prepare(token)
             for attempt in range(PORT_ATTEMPTS):

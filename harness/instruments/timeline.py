@@ -8,7 +8,9 @@ awaited and what was seen instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -165,5 +167,22 @@ class Timeline:
             return out
 
     def dump(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=1, default=str)
+        """Write the events as a JSON array, one event a line, streamed: a plugin listing 100,000 devices
+        makes each ListAndWatch event megabytes, and a copy of them all would double the check's memory.
+        Readers may stop after any line (reports/html.py caps what it embeds). Written beside `path` and
+        renamed, so that an interrupted dump never leaves half a timeline."""
+        with self._cond:
+            events = list(self._events)  # the event objects themselves, not copies
+        part = f"{path}.part"
+        try:
+            with open(part, "w") as f:
+                f.write("[")
+                for n, e in enumerate(events):
+                    record = {"t_ns": e.t_ns, "kind": e.kind, "source": e.source, "data": e.data,
+                              "t_s": round((e.t_ns - self.origin_ns) / 1e9, 6)}
+                    f.write(("\n" if n == 0 else ",\n") + json.dumps(record, default=str))
+                f.write("\n]\n")
+            os.replace(part, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part)

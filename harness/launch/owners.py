@@ -6,9 +6,13 @@ mistaken for the owner. The reaper (reaper.py) removes what dead owners left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 OWNER_FILE = ".fakelet-owner"
@@ -55,3 +59,31 @@ def tag_alive(tag: str) -> bool | None:
     if match is None:
         return None
     return start_time(int(match.group(1))) == match.group(2)
+
+
+def owned_dir(prefix: str, parent: Path | str | None = None) -> Path:
+    """A new private directory (0700) under `parent` (default the temp dir), claimed by this process.
+
+    tempfile.mkdtemp cannot be used here: an interrupt that arrives after its mkdir and before it
+    returns leaves a directory nobody knows the name of and nobody claimed, so neither the
+    interrupted run nor the reaper ever removes it. Here the name is known before the mkdir, and
+    an interrupt at any point removes what was made.
+    """
+    parent = Path(parent or tempfile.gettempdir())
+    for _ in range(tempfile.TMP_MAX):
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # made just before the interrupt: empty, and ours
+            raise
+        try:
+            claim(path)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        return path
+    raise FileExistsError(f"no free name for a {prefix}* directory in {parent}")

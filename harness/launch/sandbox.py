@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.launch.owners import claim
+from harness.launch.owners import owned_dir
 
 SANDBOX_PREFIX = "fakelet-"
 PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginPath
@@ -41,9 +41,14 @@ def check_base(base: str | None = None) -> None:
 class Sandbox:
     def __init__(self, root: Path | None = None) -> None:
         check_base(str(root) if root else None)
-        self.path = Path(tempfile.mkdtemp(prefix=SANDBOX_PREFIX, dir=root))
-        os.chmod(self.path, 0o700)
-        claim(self.path)  # a run killed outright leaves this behind; the next run reaps it
+        self.path = owned_dir(SANDBOX_PREFIX, root)  # a run killed outright leaves it behind; the next run reaps it
+        try:  # an interrupt halfway must not leave a half-made sandbox for the reaper: it is for SIGKILL only
+            self._populate()
+        except BaseException:
+            self.close()
+            raise
+
+    def _populate(self) -> None:
         for sub in ("kubelet", "dev", "logs", "run"):
             (self.path / sub).mkdir()
         self.plugin_dir.mkdir(mode=0o750)

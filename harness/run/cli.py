@@ -29,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,12 +38,14 @@ from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_con
 from harness.instruments.userinput import check_number, escape_controls, oneline
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
-from harness.launch.owners import claim
+from harness.launch.owners import OWNER_FILE, owned_dir
+from harness.launch.owners import PREFIX as OWNED_PREFIX
 from harness.launch.reaper import reap
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import fidelity
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
+from harness.run.stopping import StopSignals
 from harness.scenarios import library
 from harness.scenarios.repro import write_repros
 from harness.scenarios.runner import describe as describe_scenario
@@ -352,19 +353,23 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
     stdout = None if args.verbose else subprocess.DEVNULL
     # pytest's own temp root (xdist makes one) and the run's config file must not outlive the run either.
     # pytest empties its basetemp when it starts, so both live one level down.
-    scratch = Path(tempfile.mkdtemp(prefix="fakelet-pytest-"))
-    claim(scratch)
-    basetemp = str(scratch / "basetemp")
-    config = write_config(run, out, scratch)
-    # If fakelet itself is killed outright, the check run gets SIGTERM and tears down.
-    # Its own process group, so that an interrupt reaches its xdist workers at once, not after their checks.
-    proc = subprocess.Popen(die_with_parent([*pytest_argv(args, run, config), "--basetemp", basetemp]), stdout=stdout,
-                            start_new_session=True)
+    scratch = owned_dir(f"{OWNED_PREFIX}pytest-")
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        stop_check_run(proc)
-        raise Interrupted(load_report(out, interrupted=True) or nothing_ran(run)) from None
+        basetemp = str(scratch / "basetemp")
+        config = write_config(run, out, scratch)
+        # If fakelet itself is killed outright, the check run gets SIGTERM and tears down.
+        # Its own process group, so that an interrupt reaches its xdist workers at once, not after their checks.
+        with _stop.shielded():  # a check run started must be known here, to be stopped
+            proc = subprocess.Popen(die_with_parent([*pytest_argv(args, run, config), "--basetemp", basetemp]),
+                                    stdout=stdout, start_new_session=True)
+        try:
+            _stop.raise_if_requested()
+            code = proc.wait()
+        except KeyboardInterrupt:
+            print(f"\nfakelet: stopping: the checks of {run.spec.name} tear down (at most {INTERRUPT_GRACE_S:.0f} s)",
+                  file=sys.stderr, flush=True)
+            stop_check_run(proc)
+            raise Interrupted(load_report(out, interrupted=True) or nothing_ran(run)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report = load_report(out)
@@ -506,44 +511,117 @@ def fresh_out(out: Path) -> None:
     (out / REPORT_MARK).write_text("written by fakelet; a later run or session replaces this directory whole\n")
 
 
+def staging_dir(out: Path) -> Path:
+    """A claimed directory beside `out` for this run's report (the reaper removes one a killed run left)."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    reap(parent, cgroups=False)
+    stage = owned_dir(f"{OWNED_PREFIX}{out.name}-", parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(stage, 0o777 & ~umask)  # a report is for sharing (CI artifacts): the user's usual mode, not 0700
+    (stage / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+    return stage
+
+
+def swap_in(stage: Path, out: Path) -> None:
+    """Put the finished report in place of `out`; the earlier one goes only now that this one exists."""
+    (stage / OWNER_FILE).unlink(missing_ok=True)
+    old = None
+    if out.exists() or out.is_symlink():
+        old = owned_dir(f"{OWNED_PREFIX}{out.name}-old-", stage.parent)  # reaped if this process dies now
+        os.rename(out, old / out.name)
+    os.rename(stage, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     out = check_out(args.out)
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
-    reap_dead_runs()
-    fresh_out(out)
-    reports: list[SubjectReport] = []
-    plane = shared_control_plane(runs)
-    interrupted = False
+    # The earlier report stays whole until this run's exists: the run writes beside it and swaps at the end.
+    stage = staging_dir(out)
     try:
-        for run in runs:
-            target = out if len(runs) == 1 else out / run.spec.name
-            reports.append(run_one(args, run, target))
-            write_repros(reports[-1], run, target)
-            print_report(reports[-1])
-    except Interrupted as stop:
-        interrupted = True
-        if stop.partial is not None:
-            reports.append(stop.partial)
-            print_report(stop.partial)
+        reports, interrupted = run_subjects(args, runs, stage)
+        if interrupted:
+            not_run = [r.spec.name for r in runs[len(reports):]]
+            print(f"\nfakelet: interrupted; subjects stopped and sandboxes removed"
+                  f"{'; not run: ' + ', '.join(not_run) if not_run else ''}", file=sys.stderr)
+        reports = finish_reports(runs, reports, stage, out, interrupted)
     finally:
-        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
-        if plane is not None:
-            plane.stop()
-    if interrupted:
-        not_run = [r.spec.name for r in runs[len(reports):]]
-        print(f"\nfakelet: interrupted; subjects stopped and sandboxes removed"
-              f"{'; not run: ' + ', '.join(not_run) if not_run else ''}", file=sys.stderr)
-    if len(runs) > 1:
-        write_index(reports, out, interrupted)
-    elif reports:
-        write_all(reports[0], out)
-    status = INTERRUPTED if interrupted else run_status(reports)
+        shutil.rmtree(stage, ignore_errors=True)
+    status = run_status(reports)
     if len(reports) > 1:
         print(f"\nrun: {status}")
     print(f"\nreports: {out}/")
     return EXIT_CODES[status]
+
+
+def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
+                 stage: Path) -> tuple[list[SubjectReport], bool]:
+    """Each subject's report, in order, and whether a stop signal cut the run short (at any moment)."""
+    reports: list[SubjectReport] = []
+    plane = None
+    try:
+        reap_dead_runs()
+        plane = shared_control_plane(runs)
+        for run in runs:
+            target = stage if len(runs) == 1 else stage / run.spec.name
+            reports.append(run_one(args, run, target))
+            write_repros(reports[-1], run, target)
+            print_report(reports[-1])
+    except Interrupted as stop:
+        if stop.partial is not None:
+            reports.append(stop.partial)
+            print_report(stop.partial)
+    except KeyboardInterrupt:
+        pass  # before or between check runs: nothing of theirs is left running
+    finally:
+        with _stop.shielded():
+            os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+            if plane is not None:
+                plane.stop()
+    return reports, _stop.requested
+
+
+def finish_reports(runs: list[RunConfig], reports: list[SubjectReport], stage: Path, out: Path,
+                   interrupted: bool) -> list[SubjectReport]:
+    """Write the run's reports into `stage` and swap it in for `out`; a stop meanwhile makes them INTERRUPTED."""
+    if interrupted:
+        reports = interrupted_reports(runs, reports)
+    try:
+        write_reports(runs, reports, stage, interrupted)
+    except KeyboardInterrupt:
+        interrupted, reports = True, interrupted_reports(runs, reports)
+        with _stop.shielded():
+            write_reports(runs, reports, stage, True)
+    with _stop.shielded():
+        swap_in(stage, out)
+    if _stop.requested and not interrupted:
+        # The stop came while the reports were being swapped in: say so in them, in place.
+        reports = interrupted_reports(runs, reports)
+        with _stop.shielded():
+            write_reports(runs, reports, out, True)
+    return reports
+
+
+def interrupted_reports(runs: list[RunConfig], reports: list[SubjectReport]) -> list[SubjectReport]:
+    """Every subject marked interrupted; a subject that never ran lists every selected check as missing."""
+    for report in reports:
+        report.interrupted = True
+    return reports + [nothing_ran(run) for run in runs[len(reports):]]
+
+
+def write_reports(runs: list[RunConfig], reports: list[SubjectReport], directory: Path, interrupted: bool) -> None:
+    if len(runs) == 1:
+        write_all(reports[0], directory)
+        return
+    for report in reports:
+        if report.interrupted:  # its check run could not finish its own report
+            write_all(report, directory / report.subject)
+    write_index(reports, directory, interrupted)
 
 
 def cmd_subjects() -> int:
@@ -636,12 +714,17 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
         raise UsageError(f"scenario {scenario.name} runs on {', '.join(scenario.nodes)} kubelets, not --node "
                          f"{args.node}")
     reap_dead_runs()
-    fresh_out(out)
-    print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
-          f"{args.node} kubelet ({scenario.upstream})", flush=True)
-    report = run_scenario(run, scenario, lambda line: print(line, flush=True), repeat=args.repeat, node=args.node,
-                          file=args.file, toleration_s=args.toleration_seconds)
-    write_all(report, out)
+    stage = staging_dir(out)  # as `fakelet run`: the earlier report stays whole until this one exists
+    try:
+        print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
+              f"{args.node} kubelet ({scenario.upstream})", flush=True)
+        report = run_scenario(dataclasses.replace(run, out=stage), scenario, lambda line: print(line, flush=True),
+                              repeat=args.repeat, node=args.node, file=args.file, toleration_s=args.toleration_seconds)
+        write_all(report, stage)
+        with _stop.shielded():
+            swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     print_report(report)
     outcome = report.facts.get("scenario", {}).get("outcome")
     if outcome:
@@ -693,8 +776,12 @@ def cmd_checks() -> int:
     return EXIT_OK
 
 
-def _term_to_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+def _still_stopping(signum: int) -> None:
+    # os.write, not print: the signal may have cut into a print to stderr (a reentrant write would raise).
+    os.write(2, b"fakelet: still stopping: subjects, sandboxes and reports are being cleaned up\n")
+
+
+_stop = StopSignals()  # main() installs a fresh one per call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -707,7 +794,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["scenario"] and len(argv) > 1 and argv[1] not in SCENARIO_COMMANDS:
         argv = ["scenario", "run", *argv[1:]]  # `fakelet scenario NAME ...` is `fakelet scenario run NAME ...`
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _term_to_interrupt)
+    global _stop
+    _stop = StopSignals(_still_stopping).install()
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         if args.command == "subjects":

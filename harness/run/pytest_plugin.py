@@ -11,6 +11,7 @@ serialized RunConfig `fakelet run` writes) or from the individual
 from __future__ import annotations
 
 import os
+import queue
 import re
 import time
 from collections.abc import Iterator
@@ -34,11 +35,15 @@ from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess
 from harness.node.real.localnode import unavailable as realnode_unavailable
+from harness.run.stopping import StopSignals
 from harness.spec.checks import (
     FAKE_ONLY_REASON,
     KIND_REASON,
     NOT_APPLICABLE,
     NOT_EXERCISED,
+    SUITES,
+    catalog,
+    check_ids_of,
     not_exercised,
     split_install,
 )
@@ -159,7 +164,10 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
 
 DRA_REAL_REASON = ("on the real kubelet: the DRA checks read the kubelet's side of the gRPC wire or drive "
                    "its DRA manager; `fakelet fidelity` runs a real pod with a claim on the real kubelet")
-DETAIL_CAP_CHARS = 16_000  # one verdict's detail in every report format
+DETAIL_CAP_CHARS = 16_000
+# How long an interrupted run's xdist workers get to tear their checks down: under `fakelet run`'s own
+# grace (harness/run/cli.py INTERRUPT_GRACE_S), after which it kills the whole check run.
+WORKER_TEARDOWN_S = 25.0  # one verdict's detail in every report format
 
 
 class Collector:
@@ -173,6 +181,7 @@ class Collector:
         self.findings: list[str] = []
         self.cleanup: list[str] = []
         self.interrupted = False
+        self.stop = StopSignals()  # installed at session start, in this process and in each xdist worker
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -336,6 +345,39 @@ class Collector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected = [m.kwargs["id"] for i in session.items if (m := _marker(i))]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """The xdist controller collects nothing itself: its workers' collections say what was selected."""
+        if self._run is not None:
+            package = SUITES[self.run.spec.kind]
+            catalog(package)  # the controller imported no suite module yet
+            self.selected = sorted(set(self.selected) | set(check_ids_of(ids, package)))
+
+    def _await_workers(self, session: pytest.Session) -> None:
+        """Let interrupted xdist workers finish their teardown before xdist ends them.
+
+        xdist gives workers 10 s (NodeManager.EXIT_TIMEOUT) and then kills them, and execnet
+        SIGINTs a worker still busy after 5 s: either cut a check's teardown short and left its
+        sandbox, cgroup and temp dirs behind. Their last reports (teardown verdicts) are merged
+        on the way; nothing else is dispatched, so no crashed worker is replaced and no check
+        scheduled during the stop.
+        """
+        dsession = session.config.pluginmanager.get_plugin("dsession")
+        nodes = getattr(dsession, "_active_nodes", None)
+        events = getattr(dsession, "queue", None)
+        if not nodes or events is None:
+            return
+        deadline = time.monotonic() + WORKER_TEARDOWN_S
+        while nodes and (left := deadline - time.monotonic()) > 0:
+            try:
+                name, kwargs = events.get(timeout=left)
+            except queue.Empty:
+                return
+            if name == "testreport":
+                session.config.hook.pytest_runtest_logreport(report=kwargs["rep"])
+            elif name in ("workerfinished", "errordown", "internal_error"):
+                nodes.discard(kwargs["node"])
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Where reports are gathered (this process or the xdist controller): merge the phases.
 
@@ -441,11 +483,29 @@ class Collector:
     def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
         self.interrupted = True
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        """A check's teardown runs to its end (its subject, cgroup and sandbox gone); a stop signal that came
+        meanwhile then stops the session."""
+        with self.stop.shielded():
+            result = yield
+        self.stop.raise_if_requested()
+        return result
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+    def shield_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        """Teardown and the report run to their end: a stop signal meanwhile only marks the run interrupted."""
+        with self.stop.shielded():
+            return (yield)
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
+        if exitstatus == pytest.ExitCode.INTERRUPTED or self.stop.requested:
             self.interrupted = True
         if hasattr(session.config, "workerinput"):
             return  # an xdist worker: the controller writes the report
+        if self.interrupted:
+            self._await_workers(session)
         if self._run is not None and self._run.out is not None and (self.results or self.selected):
             write_all(self.subject_report(), self.run.out)
 
@@ -479,11 +539,8 @@ def required(check_id: str, require: list[str]) -> bool:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # SIGTERM (a CI timeout, `fakelet run` being stopped) must tear checks down
-    # like Ctrl-C does, so that no subject process or sandbox is left behind.
-    import signal
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
+    # SIGTERM (a CI timeout, `fakelet run` being stopped) must tear checks down like Ctrl-C does, so that no
+    # subject process or sandbox is left behind; and no later signal may cut that teardown short.
+    collector = session.config.pluginmanager.get_plugin("fakelet-collector")
+    if isinstance(collector, Collector):
+        collector.stop.install()

@@ -66,6 +66,29 @@ def catalog(suite_package: str) -> dict[str, tuple[str, str]]:
     return {k: v for k, v in sorted(CATALOG.items()) if CHECK_MODULES[k].startswith(prefix)}
 
 
+def check_ids_of(nodeids: list[str], suite_package: str) -> list[str]:
+    """The check IDs of pytest node IDs collected from `suite_package` (`test_x.py::test_y`, relative to
+    wherever pytest's rootdir was), for a process that collected nothing itself (xdist's controller):
+    each check is one test function of a suite module, and these modules are imported (`catalog`)."""
+    by_test: dict[tuple[str, str], str] = {}
+    for check_id, module_name in CHECK_MODULES.items():
+        module = sys.modules.get(module_name)
+        if module is None or not module_name.startswith(suite_package + "."):
+            continue
+        for name, obj in vars(module).items():
+            if any(m.name == "fakelet_check" and m.kwargs.get("id") == check_id
+                   for m in getattr(obj, "pytestmark", [])):
+                by_test[("/" + module_name.replace(".", "/") + ".py", name)] = check_id
+    found = set()
+    for nodeid in nodeids:
+        path, _, rest = nodeid.partition("::")
+        function = rest.rsplit("::", 1)[-1].split("[", 1)[0]
+        path = "/" + path.lstrip("./")
+        found |= {cid for (file, name), cid in by_test.items()
+                  if name == function and (file.endswith(path) or path.endswith(file))}
+    return sorted(found)
+
+
 def expect(condition: object, expected: str, seen: str) -> None:
     if not condition:
         raise AssertionError(f"expected {expected}; saw {seen}")

@@ -24,6 +24,7 @@ from harness.controlplane.allocator import AllocationError, Allocator
 from harness.controlplane.client import RESOURCE_API, KubeClient
 from harness.controlplane.scheduler import PodClaim, Scheduler, pod_body
 from harness.controlplane.taints import TaintRules, describe_taint
+from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Event
 from harness.kubelet import dracheckpoint
 from harness.kubelet.dramanager import DRAError
@@ -170,16 +171,18 @@ class DRAEnv(DPEnv):
         return self
 
     def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._slice_stop.set()
-            if self._slice_thread is not None:
-                self._slice_thread.join(SLICE_WATCH_S + 2)
-            if self.taint_rules is not None:
-                self.taint_rules.close()  # cluster-wide: they would taint other checks' devices
-            if self.client is not None and self._api_objects:
-                self._delete_api_objects()
+        # As DPEnv.close: each step runs whatever an earlier one raised. Taint rules are cluster-wide: left
+        # behind, they would taint other checks' devices.
+        steps = [super().close, self._slice_stop.set, self._join_slice_watch]
+        if self.taint_rules is not None:
+            steps.append(self.taint_rules.close)
+        if self.client is not None and self._api_objects:
+            steps.append(self._delete_api_objects)
+        run_all(steps)
+
+    def _join_slice_watch(self) -> None:
+        if self._slice_thread is not None:
+            self._slice_thread.join(SLICE_WATCH_S + 2)
 
     def _delete_api_objects(self) -> None:
         """Best effort: a shared API server must not fill up with dead checks' objects."""

@@ -23,6 +23,7 @@ from fake_devices.model import Inventory
 from fake_devices.nvml.surface import CALL_EVENT as NVML_CALL_EVENT
 from fake_devices.nvml.surface import CAPABILITY_CALLS
 from harness.instruments.filewatch import FileWatch
+from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Event, Timeline
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
@@ -98,8 +99,6 @@ class DPEnv:
         self.binary, self.artifacts = binary, artifacts
         self.real_node, self.kind = real_node, kind
         self.timeline = Timeline()
-        self.sandbox = Sandbox()
-        self.node = self._make_node()
         self.inventory: list[dict[str, Any]] | None = None
         self.devices: DeviceBackend | None = None
         self.stop_scripts = threading.Event()  # ends fault scripts still running at teardown
@@ -115,17 +114,18 @@ class DPEnv:
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         self.levelzero: LevelZeroSidecar | None = None  # the drm skins' Level-Zero health sidecar
         self.nvml_offered: list[str] = []  # where the plugin could find the NVML library (the report's fact)
+        self.sandbox = Sandbox()
+        # From here on whatever stops the constructor (an interrupt included) must not leave the sandbox or
+        # the fake hardware behind: no fixture holds this object yet to close it.
         try:
+            self.node = self._make_node()
             self.subject = self._make_launcher()
+            self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
+            self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
         except BaseException:
-            if self.levelzero is not None:
-                self.levelzero.stop()
-            if self.devices is not None:
-                self.devices.stop()
-            self.sandbox.close()
+            run_all([*([self.levelzero.stop] if self.levelzero is not None else []),
+                     *([self.devices.stop] if self.devices is not None else []), self.sandbox.close])
             raise
-        self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
-        self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
 
     # -- setup -------------------------------------------------------------
 
@@ -331,21 +331,12 @@ class DPEnv:
 
     def close(self) -> None:
         self._closing.set()
-        try:
-            self.subject.stop()
-        finally:
-            self._gather_facts()
-            self.stop_scripts.set()
-            self.node.close()
-            self.files.stop()
-            if self.levelzero is not None:
-                self.levelzero.stop()
-            if self.devices is not None:
-                self.devices.stop()
-            try:
-                self._keep_artifacts()
-            finally:  # artifacts that cannot be written never leave the sandbox behind
-                self.sandbox.close()
+        # Every step runs whatever an earlier one raised (an interrupt, a huge timeline failing to write):
+        # a step skipped here would leave the subject's processes, the kubelet's sockets or the sandbox behind.
+        run_all([self.subject.stop, self._gather_facts, self.stop_scripts.set, self.node.close, self.files.stop,
+                 *([self.levelzero.stop] if self.levelzero is not None else []),
+                 *([self.devices.stop] if self.devices is not None else []),
+                 self._keep_artifacts, self.sandbox.close])
 
     def _keep_artifacts(self) -> None:
         if self.artifacts is None:

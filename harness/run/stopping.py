@@ -1,0 +1,62 @@
+"""Ctrl-C and SIGTERM: the first one stops the run, and nothing after it cuts the stop short.
+
+A stop tears down subjects, sandboxes and cgroups and then writes an INTERRUPTED report.
+Any later signal (an impatient second Ctrl-C, a CI runner's SIGTERM after its SIGINT, the
+SIGINT execnet sends an xdist worker that is still tearing down) once raised in the middle
+of that clean-up and left sandboxes, tracebacks and ERROR reports behind: here it is only
+noted. Work that must finish once begun (a report being written, the report directory
+being swapped in) runs `shielded()`: a first signal during it is noted too, and the caller
+reads `requested` afterwards to call the run interrupted.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM for one process: at most one KeyboardInterrupt, ever."""
+
+    def __init__(self, on_again: Callable[[int], None] | None = None) -> None:
+        self.requested = False  # a stop signal arrived (raised or only noted)
+        self.raised = False  # the one KeyboardInterrupt has been raised
+        self._shields = 0
+        self._on_again = on_again
+
+    def install(self) -> StopSignals:
+        # Python delivers signals to the main thread only, and only it may set handlers.
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        again = self.requested
+        self.requested = True
+        if self.raised or self._shields:
+            if again and self._on_again is not None:
+                self._on_again(signum)
+            return
+        self.raised = True
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Run the block to its end: a stop signal meanwhile is only noted in `requested`."""
+        self._shields += 1
+        try:
+            yield
+        finally:
+            self._shields -= 1
+
+    def raise_if_requested(self) -> None:
+        """Raise the KeyboardInterrupt a signal during a shielded block did not, once that block is done."""
+        if self.requested and not self.raised:
+            self.raised = True
+            raise KeyboardInterrupt
