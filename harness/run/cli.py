@@ -22,6 +22,7 @@ not, 2 on bad input or a harness error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -39,6 +40,7 @@ from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import claim
 from harness.launch.reaper import reap
+from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import fidelity
 from harness.run.session import Session
@@ -52,6 +54,7 @@ from harness.scenarios.schema import load as load_scenario
 from harness.spec.checks import SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
+from harness.world.env import SubjectUnavailable
 from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
 from reports.writers import write_all
 
@@ -331,7 +334,22 @@ def nothing_ran(run: RunConfig) -> SubjectReport:
                          kind=run.spec.kind, missing=sorted(selected), interrupted=True)
 
 
+def prebuild(run: RunConfig) -> None:
+    """Build what the checks will build, here: a first run's minutes of progress reach the terminal from one
+    process, instead of every check process building or waiting at once. A failed build is the checks' to
+    report (they skip with its reason)."""
+    with contextlib.suppress(SubjectUnavailable):
+        run.resolve_binary()
+    if run.node == "real" and realnode_unavailable() is None:
+        with contextlib.suppress(ControlPlaneUnavailable):
+            find_kubelet(run.kubelet_version.name)
+
+
 def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
+    try:
+        prebuild(run)
+    except KeyboardInterrupt:
+        raise Interrupted(nothing_ran(run)) from None
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").unlink(missing_ok=True)
     stdout = None if args.verbose else subprocess.DEVNULL
