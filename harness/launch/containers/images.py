@@ -21,6 +21,7 @@ from harness.launch.containers import engine
 from harness.launch.owners import PREFIX
 
 BUILD_QUIET_S = 2.0  # a scratch image of one binary takes about a second; a loaded engine takes longer
+PULL_QUIET_S = 2.0  # a pull the engine refuses at once says nothing beyond the caller's error
 REPOSITORY = "fakelet.local"  # no registry has this name: these images never leave the engine
 DOCKERFILE = """\
 FROM scratch
@@ -100,7 +101,7 @@ def ensure_present(image: str) -> None:
         found.images.get(image)
     except ImageNotFound:
         try:
-            with Progress(image, doing="pulling image", done="pulled image",
+            with Progress(image, doing="pulling image", done="pulled image", quiet_s=PULL_QUIET_S,
                           detail=f" into the Docker engine at {engine.host()} (first use; kept there)"):
                 found.images.pull(image)
         except DockerException as err:
