@@ -339,3 +339,13 @@ def test_a_build_that_overruns_its_bound_is_a_failed_build(tmp_path: Path, monke
     with pytest.raises(RuntimeError, match=r"did not finish within 0\.2s"):
         gobuild.build(tiny_module(tmp_path), name="tiny")
     assert pinned.getvalue().splitlines()[-1].startswith("fakelet: building tiny failed after ")
+
+
+def test_no_stderr_at_all_never_fails_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stderr", None)  # python started with its stderr closed
+    before = progress.pin_stream(None)
+    try:
+        with Progress("x", background=False) as s:
+            s.tick()
+    finally:
+        progress.pin_stream(before, spinner=False)

@@ -75,7 +75,9 @@ def home_relative(path: Path | str) -> str:
     return "~" + text[len(home):] if home != "/" and (text == home or text.startswith(home + "/")) else text
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def _is_terminal(stream: TextIO | None) -> bool:
+    if stream is None:
+        return False
     try:
         return stream.isatty() and os.environ.get("TERM") != "dumb"
     except (ValueError, OSError):  # closed, or not a file at all
@@ -108,8 +110,8 @@ class Progress:
         self._thread: threading.Thread | None = None
 
     @property
-    def stream(self) -> TextIO:
-        return self._stream or _pinned or sys.stderr
+    def stream(self) -> TextIO | None:
+        return self._stream or _pinned or sys.stderr  # None when Python runs without a stderr at all
 
     @property
     def spins(self) -> bool:
@@ -182,6 +184,8 @@ class Progress:
     def _write(self, text: str) -> None:
         # Progress is a courtesy: a closed or broken stderr never fails the step it reports on.
         stream = self.stream
+        if stream is None:
+            return
         try:
             stream.write(text)
             stream.flush()
