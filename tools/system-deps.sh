@@ -7,7 +7,17 @@
 #   locally built pod image holds (no registry is reachable);
 # - docker.io: the Docker engine for the container launcher's tests (tox -e containers), started
 #   privately by the tests (vfs, no iptables, no bridge); its containerd and runc are the same packages.
+# - gcc: compiles fakelet's own NVML-compatible library (fake_devices/nvml/libnvml.c) on first use.
+# An install takes minutes on a fresh machine: it says what it installs and why, and how long it took.
 set -euo pipefail
+declare -A why=(
+    [etcd-server]="etcd for the local API server of the DRA checks"
+    [containerd]="the real kubelet's container runtime"
+    [runc]="the real kubelet's container runtime"
+    [busybox-static]="the real node's pod image"
+    [docker.io]="the container launcher's tests"
+    [gcc]="the fake NVML library"
+)
 wanted=()
 command -v etcd >/dev/null || wanted+=(etcd-server)
 command -v containerd >/dev/null || wanted+=(containerd)
@@ -15,7 +25,6 @@ command -v runc >/dev/null || [ -x /usr/sbin/runc ] || wanted+=(runc)
 [ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q static || \
     dpkg -s busybox-static >/dev/null 2>&1 || wanted+=(busybox-static)
 command -v dockerd >/dev/null || wanted+=(docker.io)
-# - gcc: compiles fakelet's own NVML-compatible library (fake_devices/nvml/libnvml.c) on first use.
 command -v cc >/dev/null || wanted+=(gcc)
 if [ ${#wanted[@]} -eq 0 ]; then
     exit 0
@@ -25,4 +34,25 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
          "checks that need them will skip" >&2
     exit 0
 fi
+reasons=()
+for package in "${wanted[@]}"; do
+    reasons+=("$package (${why[$package]})")
+done
+joined=$(printf '%s, ' "${reasons[@]}")
+echo "fakelet: installing Debian packages (first run only): ${joined%, } ..." >&2
+SECONDS=0
+elapsed() { echo "$((SECONDS / 60))m$(printf %02d $((SECONDS % 60)))s"; }
+# A CI log hears every 30 s that apt is still at work; the ticker ends with the install.
+# Its sleep is killed with it, so no process outlives the script.
+(
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+        sleep 30 & nap=$!
+        wait "$nap"
+        echo "fakelet: ... still installing ${wanted[*]}, $(elapsed)" >&2
+    done
+) &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null || true' EXIT
 apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}" >/dev/null
+echo "fakelet: installed ${wanted[*]} in $(elapsed)" >&2

@@ -16,9 +16,12 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from harness.instruments.progress import Progress, home_relative
+
 SOURCE = Path(__file__).resolve().parent / "libnvml.c"
 LIBRARY = "libnvidia-ml.so.1"  # the soname NVML's consumers dlopen
 COMPILE_TIMEOUT_S = 120.0
+COMPILE_QUIET_S = 3.0  # about a second on an idle machine: only a loaded one hears about it
 # Debian's multiarch triplets (`gcc -print-multiarch`) by machine, for a Python that does not know its own.
 MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu",
              "s390x": "s390x-linux-gnu", "riscv64": "riscv64-linux-gnu", "i686": "i386-linux-gnu",
@@ -57,9 +60,11 @@ def library() -> Path:
     fd, partial = tempfile.mkstemp(dir=target.parent.parent, prefix=f".{target.parent.name}.", suffix=".so")
     os.close(fd)
     try:
-        proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden",
-                               f"-Wl,-soname,{LIBRARY}", "-o", partial, str(SOURCE), "-lpthread", "-ldl"],
-                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        with Progress(f"the fake NVML library ({LIBRARY})", quiet_s=COMPILE_QUIET_S,
+                      detail=f" with {cc} (first use; cached afterwards in {home_relative(cache_root())})"):
+            proc = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-fvisibility=hidden",
+                                   f"-Wl,-soname,{LIBRARY}", "-o", partial, str(SOURCE), "-lpthread", "-ldl"],
+                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
         if proc.returncode != 0:
             raise NvmlBuildError(f"{cc} failed to build the fake NVML library: {proc.stderr.strip()[-600:]}")
         # mkstemp's 0600 survives the linker (0711): a plugin running as another user could not map it.

@@ -582,7 +582,8 @@ class RunConfig:
         b = self.spec.build
         try:
             self._built_binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"),
-                                                   b.get("get"), bool(b.get("cgo"))))
+                                                   b.get("get"), bool(b.get("cgo")),
+                                                   why=f"for subject {self.spec.name}"))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
             # One line: the build's last words say what was missing (e.g. the proxy's refusal).
             last = [line.strip() for line in str(err).splitlines() if line.strip()][-2:]

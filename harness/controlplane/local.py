@@ -42,12 +42,14 @@ from pathlib import Path
 from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavailable
 from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
+from harness.instruments.progress import Progress
 from harness.launch import gobuild
 from harness.launch.owners import owned_dir
 from harness.launch.process import _die_with_parent
 from harness.launch.reaper import reap
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
+START_QUIET_S = 10.0  # a start-up this quick goes unannounced; a loaded machine's slow one is shown
 STOP_GRACE_S = 5.0  # after SIGTERM, how long before SIGKILL (kube-apiserver drains requests first)
 READYZ_BACKOFF_S = (0.05, 0.5)  # first and longest pause between /readyz polls
 READYZ_TIMEOUT_S = 2.0  # one /readyz call
@@ -121,12 +123,13 @@ def _kube_module(module_dir: str | None = None) -> Path:
 
 def find_kube_apiserver() -> tuple[Path, str | None]:
     """The binary, and the k8s.io/kubernetes version it was built from when we built it."""
-    return find_kube_binary("kube-apiserver", KUBE_APISERVER_PACKAGE)
+    return find_kube_binary("kube-apiserver", KUBE_APISERVER_PACKAGE, why="for the local API server")
 
 
-def find_kube_binary(name: str, package: str, module_dir: str | None = None) -> tuple[Path, str | None]:
+def find_kube_binary(name: str, package: str, module_dir: str | None = None, why: str = "") -> tuple[Path, str | None]:
     """A Kubernetes server binary from PATH or $KUBEBUILDER_ASSETS, else built from the wrapper module;
-    with `module_dir` (a release's own wrapper module), always built from that module."""
+    with `module_dir` (a release's own wrapper module), always built from that module. `why` is for the
+    progress lines of a build."""
     if module_dir is None:
         found = _from_path_or_assets(name)
         if found is not None:
@@ -134,7 +137,7 @@ def find_kube_binary(name: str, package: str, module_dir: str | None = None) -> 
     module = _kube_module(module_dir)
     missing = f"{name} not found on PATH or in $KUBEBUILDER_ASSETS"
     try:
-        built = gobuild.build(module, package, name)
+        built = gobuild.build(module, package, name, why=why)
     except gobuild.GoUnavailable as err:
         raise ControlPlaneUnavailable(f"{missing}, and cannot build it: {err}") from err
     except FileNotFoundError as err:
@@ -248,7 +251,8 @@ class LocalControlPlane:
         kube_apiserver, self._module_version = find_kube_apiserver()
         self._binaries = {"etcd": str(etcd), "kube-apiserver": str(kube_apiserver)}
         try:
-            kcm, _ = find_kube_binary("kube-controller-manager", KUBE_CONTROLLER_MANAGER_PACKAGE)
+            kcm, _ = find_kube_binary("kube-controller-manager", KUBE_CONTROLLER_MANAGER_PACKAGE,
+                                      why="for the DRA controllers beside the local API server")
             self._binaries["kube-controller-manager"] = str(kcm)
         except ControlPlaneUnavailable as err:
             # The API server alone still serves every check but eviction.
@@ -262,20 +266,25 @@ class LocalControlPlane:
             self.workdir = owned_dir(WORKDIR_PREFIX, parent)  # 0700
             token = secrets.token_hex(24)
             self._prepare(token)
-            for attempt in range(PORT_ATTEMPTS):
-                try:
-                    self._start_servers(etcd, kube_apiserver, token, attempt)
-                    break
-                except _PortTaken as taken:
-                    self._stop_servers()
-                    if attempt == PORT_ATTEMPTS - 1:
-                        raise ControlPlaneStartError(f"{taken}: no free port after {PORT_ATTEMPTS} attempts") \
-                            from None
+            servers = ", ".join(self._binaries)
+            with Progress("the local API server", doing="starting", done="started", quiet_s=START_QUIET_S,
+                          detail=f" ({servers} on 127.0.0.1)"):
+                self._start_with_free_ports(etcd, kube_apiserver, token)
         except BaseException:
             self.stop()
             raise
         self.startup_s = time.monotonic() - started
         return self
+
+    def _start_with_free_ports(self, etcd: Path, kube_apiserver: Path, token: str) -> None:
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._start_servers(etcd, kube_apiserver, token, attempt)
+                return
+            except _PortTaken as taken:
+                self._stop_servers()
+                if attempt == PORT_ATTEMPTS - 1:
+                    raise ControlPlaneStartError(f"{taken}: no free port after {PORT_ATTEMPTS} attempts") from None
 
     def _prepare(self, token: str) -> None:
         assert self.workdir is not None

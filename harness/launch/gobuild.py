@@ -11,12 +11,17 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import IO
+
+from harness.instruments.progress import Progress, home_relative
 
 BUILD_TIMEOUT_S = 1200  # a cold k8s.io/kubernetes build on 2 cores takes minutes
+WAIT_QUIET_S = 2.0  # another process finishing the same build this soon is not worth a word
 
 
 class GoUnavailable(RuntimeError):
@@ -53,18 +58,23 @@ def _go_env(cgo: bool = False) -> dict[str, str]:
 
 
 def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
-    proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(cgo), capture_output=True, text=True,
-                          timeout=BUILD_TIMEOUT_S)
+    try:
+        proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(cgo), capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # A RuntimeError like any failed build: every caller turns those into a skip or a one-line error.
+        raise RuntimeError(f"go {' '.join(args)} in {cwd} did not finish within {BUILD_TIMEOUT_S}s") from None
     if proc.returncode != 0:
         raise RuntimeError(f"go {' '.join(args)} in {cwd} failed:\n{proc.stderr[-4000:]}")
 
 
 def build(module_dir: Path, package: str = ".", name: str | None = None, get: str | None = None,
-          cgo: bool = False) -> Path:
+          cgo: bool = False, why: str = "") -> Path:
     """Build `package` inside `module_dir`; return the cached binary's path.
 
     `get` (module@version) resolves an unpinned requirement first, in a copy
     of the module directory, so that the repository's go.mod stays untouched.
+    `why` ("for the local API server") goes into the progress lines of a build.
     """
     module_dir = Path(module_dir).resolve()
     if not (module_dir / "go.mod").is_file():
@@ -74,12 +84,63 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    title = describe(module_dir, package, name, get)
     # Parallel check processes ask for the same binary at once: one builds, the others wait for it.
     with open(out.with_name(out.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        _lock(lock, title)
         if out.is_file() and os.access(out, os.X_OK):
             return out
-        return _build_to(out, module_dir, package, get, cgo)
+        with Progress(title, detail=_build_detail(module_dir, package, get, why)):
+            return _build_to(out, module_dir, package, get, cgo)
+
+
+def _build_detail(module_dir: Path, package: str, get: str | None, why: str) -> str:
+    """Why the build runs, where its code comes from, and that it happens once."""
+    local = package == "." and not get
+    source = f"{module_path(module_dir / 'go.mod') or module_dir.name} and the Go module proxy" if local \
+        else "the Go module proxy"
+    return f"{' ' + why if why else ''}, from {source} (first use; cached afterwards in {home_relative(cache_dir())})"
+
+
+def _lock(lock: IO[str], title: str) -> None:
+    """Take the build lock; say so when another process holds it (its build may be in another terminal)."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    with Progress(title, detail=" (another process is building it)", doing="waiting for", done="waited for",
+                  quiet_s=WAIT_QUIET_S):
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+
+def describe(module_dir: Path, package: str, name: str, get: str | None = None) -> str:
+    """What a build makes, as a person names it: "kube-apiserver v1.36.3", "kind v0.33.0"."""
+    version = required_version(module_dir / "go.mod", package, get)
+    return f"{name} {version}" if version else name
+
+
+def module_path(go_mod: Path) -> str | None:
+    """The module's own path, from its `module` line."""
+    try:
+        match = re.search(r"^module\s+(\S+)", go_mod.read_text(), re.M)
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def required_version(go_mod: Path, package: str, get: str | None = None) -> str | None:
+    """The version go.mod (or `get`'s module@version) pins for the module that holds `package`."""
+    if get and "@" in get:
+        return get.rpartition("@")[2]
+    try:
+        text = go_mod.read_text()
+    except OSError:
+        return None
+    # `require path version` lines, alone or inside a require ( ... ) block.
+    pins = dict(re.findall(r"^\s*(?:require\s+)?([\w.\-~/]+\.[\w.\-~/]+)\s+(v\S+)", text, re.M))
+    holders = [path for path in pins if package == path or package.startswith(path + "/")]
+    return pins[max(holders, key=len)] if holders else None
 
 
 def _build_to(out: Path, module_dir: Path, package: str, get: str | None, cgo: bool) -> Path:

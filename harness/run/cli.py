@@ -22,6 +22,7 @@ not, 2 on bad input or a harness error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -41,6 +42,7 @@ from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import OWNER_FILE, owned_dir
 from harness.launch.owners import PREFIX as OWNED_PREFIX
 from harness.launch.reaper import reap
+from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import fidelity
 from harness.run.session import Session
@@ -55,6 +57,7 @@ from harness.scenarios.schema import load as load_scenario
 from harness.spec.checks import SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
+from harness.world.env import SubjectUnavailable
 from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
 from reports.writers import write_all
 
@@ -347,7 +350,23 @@ def nothing_ran(run: RunConfig) -> SubjectReport:
                          kind=run.spec.kind, missing=sorted(selected), interrupted=True)
 
 
+def prebuild(run: RunConfig) -> None:
+    """Build what the checks will build, here: a first run's minutes of progress reach the terminal from one
+    process, instead of every check process building or waiting at once. A failed build is the checks' to
+    report (they skip with its reason)."""
+    with contextlib.suppress(SubjectUnavailable):
+        run.resolve_binary()
+    # DRA checks do not run on the real kubelet here (pytest_plugin.DRA_REAL_REASON): no kubelet to build.
+    if run.node == "real" and not run.spec.is_dra and realnode_unavailable() is None:
+        with contextlib.suppress(ControlPlaneUnavailable):
+            find_kubelet(run.kubelet_version.name)
+
+
 def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
+    try:
+        prebuild(run)
+    except KeyboardInterrupt:
+        raise Interrupted(nothing_ran(run)) from None
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").unlink(missing_ok=True)
     stdout = None if args.verbose else subprocess.DEVNULL

@@ -31,6 +31,7 @@ from harness.config.runconfig import (
 )
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.client import KubeClient
+from harness.instruments import progress
 from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess
@@ -146,6 +147,9 @@ def run_from_options(opt: Any) -> RunConfig:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A check may build its subject or a kubelet for minutes: that progress goes to the stderr pytest leaves
+    # alone (it captures the test's), in plain lines, since pytest and its xdist workers share that terminal.
+    config.add_cleanup(progress.pin_real_stderr(spinner=False))
     config.addinivalue_line("markers", "fakelet_check(id, level, title): a fakelet conformance check")
     try:
         run = run_from_options(config.option)

@@ -16,9 +16,12 @@ from pathlib import Path
 
 from testcontainers.core.image import DockerImage
 
+from harness.instruments.progress import Progress
 from harness.launch.containers import engine
 from harness.launch.owners import PREFIX
 
+BUILD_QUIET_S = 2.0  # a scratch image of one binary takes about a second; a loaded engine takes longer
+PULL_QUIET_S = 2.0  # a pull the engine refuses at once says nothing beyond the caller's error
 REPOSITORY = "fakelet.local"  # no registry has this name: these images never leave the engine
 DOCKERFILE = """\
 FROM scratch
@@ -79,7 +82,9 @@ def scratch_image(binary: Path | str, name: str | None = None) -> str:
         image = DockerImage(path=context, tag=tag, clean_up=False,
                             docker_client_kw={"timeout": int(engine.API_TIMEOUT_S)})
         try:
-            image.build()
+            with Progress(tag, doing="building image", done="built image", quiet_s=BUILD_QUIET_S,
+                          detail=f" from {binary} (first use; kept in the Docker engine)"):
+                image.build()
         except (BuildError, DockerException) as err:
             raise ImageError(f"cannot build {tag}: {err}") from err
         finally:
@@ -96,7 +101,9 @@ def ensure_present(image: str) -> None:
         found.images.get(image)
     except ImageNotFound:
         try:
-            found.images.pull(image)
+            with Progress(image, doing="pulling image", done="pulled image", quiet_s=PULL_QUIET_S,
+                          detail=f" into the Docker engine at {engine.host()} (first use; kept there)"):
+                found.images.pull(image)
         except DockerException as err:
             said = str(getattr(err, "explanation", None) or err).splitlines()[0]
             raise ImageError(f"image {image} is not in the Docker engine at {engine.host()} and cannot be pulled "

@@ -26,6 +26,7 @@ import yaml
 from pytest_kind import KindCluster
 
 from harness.controlplane.client import KubeClient
+from harness.instruments.progress import Progress
 from harness.instruments.timeline import Timeline
 from harness.launch import gobuild
 from harness.launch.containers import engine, images
@@ -40,6 +41,7 @@ KUBECTL_PACKAGE = "k8s.io/kubernetes/cmd/kubectl"  # built from tests/go/kuberne
 DEFAULT_NODE_IMAGE = "kindest/node:v1.37.0"  # sigs.k8s.io/kind v0.33.0 pkg/apis/config/defaults/image.go
 DEFAULT_CLUSTER = "fakelet"
 CREATE_TIMEOUT_S = 600.0  # `kind create cluster` on 2 cores: a minute or two once the node image is there
+QUIET_S = 2.0  # a kept cluster is reused and an image already loaded is skipped in about this long
 EXEC_TIMEOUT_S = 60.0  # one `docker exec` into the node
 
 
@@ -69,7 +71,7 @@ def kind_binary() -> Path:
     if found:
         return Path(found)
     try:
-        return gobuild.build(repo_root() / KIND_MODULE, KIND_PACKAGE, "kind")
+        return gobuild.build(repo_root() / KIND_MODULE, KIND_PACKAGE, "kind", why="for the kind tier")
     except (gobuild.GoUnavailable, RuntimeError) as err:
         raise KindUnavailable(f"no kind on PATH and it cannot be built: {str(err).splitlines()[-1][:300]}") from None
 
@@ -79,7 +81,8 @@ def kubectl_binary() -> Path:
     if found:
         return Path(found)
     try:
-        return gobuild.build(repo_root() / "tests/go/kubernetes", KUBECTL_PACKAGE, "kubectl")
+        return gobuild.build(repo_root() / "tests/go/kubernetes", KUBECTL_PACKAGE, "kubectl",
+                             why="for the kind tier")
     except (gobuild.GoUnavailable, RuntimeError) as err:
         raise KindUnavailable(f"no kubectl on PATH and it cannot be built: {str(err).splitlines()[-1][:300]}") \
             from None
@@ -123,7 +126,10 @@ class KindTier:
         config = self.workdir / "cluster.yaml"
         config.write_text(yaml.safe_dump(manifests.cluster_config(str(self.pod_resources_dir)), sort_keys=False))
         self.cluster = _Cluster(self.name, self.workdir, self.node_image, kind_binary(), kubectl_binary())
-        self._bounded(lambda: self.cluster.create(config), CREATE_TIMEOUT_S, "kind create cluster")  # type: ignore
+        with Progress(f"kind cluster {self.name}", doing="creating", done="created", quiet_s=QUIET_S,
+                      detail=f" from node image {self.node_image or DEFAULT_NODE_IMAGE} for the kind tier"):
+            self._bounded(lambda: self.cluster.create(config), CREATE_TIMEOUT_S,  # type: ignore[union-attr]
+                          "kind create cluster")
         return self
 
     def _bounded(self, call: Any, timeout_s: float, what: str) -> None:
@@ -146,8 +152,10 @@ class KindTier:
 
     def load(self, image: str) -> None:
         assert self.cluster is not None
-        self._bounded(lambda: self.cluster.load_docker_image(image), CREATE_TIMEOUT_S,  # type: ignore[union-attr]
-                      f"kind load docker-image {image}")
+        with Progress(image, doing="loading image", done="loaded image", detail=f" into kind cluster {self.name}",
+                      quiet_s=QUIET_S):
+            self._bounded(lambda: self.cluster.load_docker_image(image),  # type: ignore[union-attr]
+                          CREATE_TIMEOUT_S, f"kind load docker-image {image}")
 
     def stop(self, force: bool = False) -> None:
         cluster, self.cluster = self.cluster, None

@@ -37,6 +37,7 @@ from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.client import KubeClient
 from harness.controlplane.local import _free_port as free_port
 from harness.controlplane.local import find_kube_binary
+from harness.instruments.progress import Progress
 from harness.instruments.timeline import Timeline
 from harness.launch.owners import owner_tag
 from harness.launch.sandbox import Sandbox
@@ -48,7 +49,7 @@ from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.spec.profiles import Profile
 
 __all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubelet", "RealNodeUnavailable",
-           "unavailable"]
+           "find_kubelet", "unavailable"]
 
 KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
 HOST_KUBELET_ROOT = "/var/lib/kubelet"  # kubelet --root-dir default; device-plugins under it is fixed
@@ -60,6 +61,7 @@ RUNTIME_READY_TIMEOUT_S = 30.0  # containerd to answer `ctr version` (about 1 s 
 CTR_TIMEOUT_S = 30.0  # one ctr call (an image import included)
 KUBELET_STOP_GRACE_S = 10.0
 KUBELET_READY_TIMEOUT_S = 60.0  # start to kubelet.sock: about 0.8 s here
+IMPORT_QUIET_S = 5.0  # the pods' image is a few MB: imported in well under a second on an idle machine
 EXIT_CHECK_S = 0.5  # while waiting for kubelet.sock, how often to see whether the kubelet died instead
 # Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
 LOG_EVENTS = (
@@ -93,6 +95,12 @@ def unavailable() -> str | None:
     except image.ImageError as err:
         return str(err)
     return None
+
+
+def find_kubelet(release: str | None = None) -> tuple[Path, str | None]:
+    """The real kubelet of `release` (releases.py; None: the default module's), built on first use."""
+    module = REAL_KUBELET_MODULES[release] if release is not None else None
+    return find_kube_binary("kubelet", KUBELET_PACKAGE, module, why="for the real node")
 
 
 @dataclass(frozen=True)
@@ -144,8 +152,7 @@ class LocalShell:
         if why:
             raise RealNodeUnavailable(why)
         try:
-            module = REAL_KUBELET_MODULES[self.release] if self.release is not None else None
-            self.kubelet_binary, self.kubelet_version = find_kube_binary("kubelet", KUBELET_PACKAGE, module)
+            self.kubelet_binary, self.kubelet_version = find_kubelet(self.release)
         except ControlPlaneUnavailable as err:
             raise RealNodeUnavailable(str(err).splitlines()[0]) from None
         reap_cgroups()
@@ -179,8 +186,10 @@ class LocalShell:
                                      f"{(self.workdir / 'containerd.log').read_text(errors='replace')[-300:]}")
             time.sleep(0.05)  # bounded by the deadline: containerd's socket has no readiness event
         archive = self.workdir / "image.tar"
-        image.write_archive(archive)
-        self._ctr(["-n", "k8s.io", "images", "import", str(archive)])
+        with Progress(image.IMAGE_REF, doing="building image", done="built image", quiet_s=IMPORT_QUIET_S,
+                      detail=" from the host's static busybox, into the real node's containerd"):
+            image.write_archive(archive)
+            self._ctr(["-n", "k8s.io", "images", "import", str(archive)])
         archive.unlink()
 
     def _ctr(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
