@@ -34,7 +34,7 @@ from harness.launch.sandbox import Sandbox
 from harness.node.fake import FakeNode
 from harness.node.real.localnode import LocalNode, unavailable
 from harness.run import fidelity
-from harness.run.cli import run_one, shared_control_plane
+from harness.run.commands import run_one, shared_control_plane
 from harness.spec.profiles import get as get_profile
 
 SOCKET_WAIT_S = 30.0

@@ -22,7 +22,7 @@ MOVED: dict[str, str] = {
     "harness.cdispecs": "harness.world.cdispecs",
     "harness.cgroups": "harness.launch.cgroups",
     "harness.checks": "harness.spec.checks",
-    "harness.cli": "harness.run.cli",
+    "harness.cli": "harness.run.commands",
     "harness.devicemap": "harness.world.devicemap",
     "harness.draenv": "harness.world.draenv",
     "harness.draprobe": "harness.world.draprobe",

@@ -23,7 +23,7 @@ from test_cli import _processes_naming, _wait_for_plugin_socket, leftovers
 import reports.html as html
 from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Timeline
-from harness.run import cli
+from harness.run import commands as cli
 from harness.run.stopping import StopSignals
 from harness.spec.profiles import FAST
 from harness.spec.subjects import SubjectSpec
@@ -308,3 +308,48 @@ def test_an_interrupt_while_the_control_plane_starts_writes_an_interrupted_repor
     assert report["checks"] == [] and report["missing"] == ["DRA-PRP-01", "DRA-REG-01"]
     assert leftovers(tmp) == [] and _processes_naming(tmp) == []
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def _importing_grpc(pid: int) -> bool:
+    """The process is inside the commands' imports: grpc's extension is mapped, and Python runs our code."""
+    try:
+        return "cygrpc" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_fakelet_is_still_importing_is_an_interrupted_run(sig: signal.Signals) -> None:
+    """Before: SIGTERM during the seconds of imports (a loaded machine) killed fakelet by the signal
+    (exit -15, seen in the leak test under load), and a Ctrl-C printed an import traceback."""
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "harness.run.cli", "checks"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        # -X importtime makes the import window wide and its progress visible in /proc: strike inside it.
+        while not _importing_grpc(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling /proc for the import to reach grpc: a bounded watch, not a sync sleep
+        if proc.poll() is not None:
+            pytest.skip("fakelet finished importing before the signal could be sent")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode in (130, 0), lines  # 0: the imports won the race and `checks` finished
+    assert "Traceback" not in err
+    if proc.returncode == 130:
+        assert lines[-1] in ("fakelet: interrupted before anything started",
+                             "fakelet: interrupted; subjects stopped and sandboxes removed"), lines
+
+
+def test_a_reader_that_stops_early_gets_no_error() -> None:
+    """Before: `fakelet checks | head -1` (head gone before the output came) printed
+    'fakelet: error: Broken pipe' and exited 2."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "checks"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before fakelet writes (its imports take far longer than this)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == ""

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.run.cli import SUITES
+from harness.run.commands import SUITES
 from harness.spec.checks import catalog
 from harness.spec.subjects import load_subject, repo_root
 

@@ -170,7 +170,7 @@ DRA_REAL_REASON = ("on the real kubelet: the DRA checks read the kubelet's side 
                    "its DRA manager; `fakelet fidelity` runs a real pod with a claim on the real kubelet")
 DETAIL_CAP_CHARS = 16_000
 # How long an interrupted run's xdist workers get to tear their checks down: under `fakelet run`'s own
-# grace (harness/run/cli.py INTERRUPT_GRACE_S), after which it kills the whole check run.
+# grace (harness/run/commands.py INTERRUPT_GRACE_S), after which it kills the whole check run.
 WORKER_TEARDOWN_S = 25.0  # one verdict's detail in every report format
 
 

@@ -1,0 +1,851 @@
+"""The `fakelet` command: run conformance checks, list subjects.
+
+    fakelet run                                  # every bundled reference subject, fast profile
+    fakelet run --subject NAME [--defect D] [--profile fast|upstream] [--check ID ...] [--seed N] [--out DIR]
+    fakelet run --subject-file my-plugin.yaml    # a subject profile of your own (schema: fixtures/subjects)
+    fakelet run --plugin-cmd "CMD ..." --resource example.com/foo [--mount-namespace]
+    fakelet run --plugin-cmd "CMD ..." --kind dra --driver gpu.example.com [--kubelet-version 1.32|...|newest]
+                [--control-plane local|kubeconfig:PATH|none]
+      one-off changes to any of them: [--inventory PATH_OR_NAME] [--skin neutral|drm|nvml|drm+nvml]
+                [--env KEY=VALUE ...] [--pass-env NAME ...] [--private-dir PATH ...] [--device-ids opaque|inventory]
+                [--observes health,temperature,hotplug]
+    fakelet up [the same subject flags] [--for SECONDS]
+    fakelet subjects
+
+Every flag is validated (RunConfig.build) before anything starts. Each
+subject then runs in its own pytest process over the `suites` package with
+the fakelet plugin, which gets the whole validated run as one file
+(`--fakelet-config`, removed after the run), so nothing is parsed twice.
+Exit code: 0 when every MUST check of every subject passed, 1 when one did
+not, 2 on bad input or a harness error.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from fake_devices.cli import main as devices_main
+from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
+from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
+from harness.instruments.userinput import check_number, escape_controls, oneline
+from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
+from harness.launch.containers.engine import sweep as sweep_containers
+from harness.launch.owners import OWNER_FILE, owned_dir
+from harness.launch.owners import PREFIX as OWNED_PREFIX
+from harness.launch.reaper import reap
+from harness.node.real.localnode import find_kubelet
+from harness.node.real.localnode import unavailable as realnode_unavailable
+from harness.run import fidelity
+from harness.run.session import Session
+from harness.run.sessioncli import main as session_main
+from harness.run.stopping import StopSignals
+from harness.scenarios import library
+from harness.scenarios.repro import write_repros
+from harness.scenarios.runner import describe as describe_scenario
+from harness.scenarios.runner import run_scenario
+from harness.scenarios.schema import Scenario
+from harness.scenarios.schema import load as load_scenario
+from harness.spec.checks import SUITES, catalog
+from harness.spec.profiles import PROFILES
+from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
+from harness.world.env import SubjectUnavailable
+from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
+from reports.writers import write_all
+
+EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    def __str__(self) -> str:
+        return escape_controls(super().__str__())  # one line, whatever the user typed
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other usage error: one line, exit 2 (its usage block is --help's job)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {escape_controls(message)} (see {self.prog} --help)\n")
+
+
+def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
+    """Which plugin to run: a bundled subject, a subject file of the user's own, or a command line."""
+    if many:
+        p.add_argument("--subject", action="append", default=[], metavar="NAME",
+                       help="subject profile to run (repeatable); default: every bundled reference subject")
+    else:
+        p.add_argument("--subject", metavar="NAME", help="subject profile (default reference-dp)")
+    p.add_argument("--subject-file", metavar="PATH",
+                   help="a subject profile YAML of your own (the schema of fixtures/subjects/*.yaml)")
+    p.add_argument("--defect", help="run the subject as a mutant with this named defect")
+    p.add_argument("--plugin-cmd", help="launch this plugin command instead of a named subject")
+    p.add_argument("--resource", help="the resource name the --plugin-cmd plugin registers")
+    p.add_argument("--kind", choices=sorted(SUITES), help="what --plugin-cmd launches (default device-plugin)")
+    p.add_argument("--driver", help="the DRA driver name of a --kind dra --plugin-cmd driver")
+    p.add_argument("--mount-namespace", action="store_true",
+                   help="run --plugin-cmd in a private mount namespace over /var/lib/kubelet/device-plugins")
+    p.add_argument("--binary", help="prebuilt binary for the subject's {bin}")
+    p.add_argument("--image", metavar="IMAGE[:TAG]",
+                   help="run the plugin from this container image, as its DaemonSet would (alone, with "
+                        "--resource or --kind dra --driver; with --subject/--subject-file, that subject's image)")
+    p.add_argument("--image-arg", action="append", default=None, metavar="ARG",
+                   help="an argument for the --image entrypoint (repeatable; default: the subject's command "
+                        "less its {bin}); a template like --env")
+    p.add_argument("--privileged", action="store_true", help="run the --image container privileged")
+
+
+def _add_one_off_flags(p: argparse.ArgumentParser) -> None:
+    """Changes to the subject for this run only, whichever way it was chosen."""
+    p.add_argument("--inventory", metavar="PATH_OR_NAME",
+                   help="fake hardware for the plugin: an inventory YAML, or a bundled one by name (basic, gpus-seed7)")
+    p.add_argument("--skin", choices=list(SKINS),
+                   help="sysfs layout of the fake hardware (default neutral; alone it implies --inventory basic)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="set KEY in the plugin's environment; VALUE is a template (repeatable)")
+    p.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                   help="copy NAME from fakelet's environment into the plugin's (repeatable)")
+    p.add_argument("--private-dir", action="append", default=[], metavar="PATH",
+                   help="give a mount-namespace plugin a private, empty copy of this host directory (repeatable)")
+    p.add_argument("--device-ids", choices=list(DEVICE_IDS),
+                   help="inventory: the plugin lists the inventory's device IDs; opaque: its own names (by count)")
+    p.add_argument("--observes", action="append", default=[], metavar="LIST",
+                   help="fake-hardware changes the plugin reacts to: health,temperature,hotplug (default none "
+                        "for --plugin-cmd)")
+    p.add_argument("--thermal-threshold", type=float, metavar="C",
+                   help="the plugin's own overtemperature limit in degrees C (default: the subject file's "
+                        "backend.thermal, else 85); health checks heat past it")
+
+
+def _add_world_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    p.add_argument("--seed", type=int, default=0, help="seed for fault schedules (default 0)")
+    p.add_argument("--kubelet-version", default="default", metavar="VERSION",
+                   help=f"kubelet release the fake kubelet imitates: {', '.join(KUBELET_VERSIONS)} or newest (default "
+                        f"{DEFAULT_KUBELET_VERSION}); it decides the DRA and health versions negotiated, and the "
+                        "release's known behaviours (1.37: device-plugin clients per socket, re-prepare resets "
+                        "devices)")
+    p.add_argument("--control-plane", default="local", metavar="SPEC",
+                   help="API server for DRA: local (kube-apiserver + etcd), kubeconfig:PATH (an existing "
+                        "cluster), or none (checks that need one skip)")
+
+
+DEFAULT_SUBJECT = {"device-plugin": "reference-dp", "dra": "reference-dra"}  # a scenario file that names none
+MAX_REPEAT = 100  # more runs than this is a soak, not a reproduction
+SCENARIO_COMMANDS = ("list", "show", "run", "-h", "--help")
+MUTANT_BOUND_S = 6.0  # fidelity: the real kubelet reacts within its 1 s node-status period (plus the 1 s hold)
+MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
+MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C", which is the default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="fakelet", description="Conformance and fault-injection harness "
+                                     "for Kubernetes device plugins and DRA drivers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run conformance checks and write reports")
+    _add_subject_flags(run, many=True)
+    _add_one_off_flags(run)
+    _add_world_flags(run)
+    run.add_argument("--check", action="append", default=[], metavar="ID", help="run only this check (repeatable)")
+    run.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
+    run.add_argument("-j", "--jobs", type=int, default=2,
+                     help=f"checks run in parallel, each in its own sandbox (default 2, at most {max_jobs()}; "
+                          "1 for strictly serial)")
+    run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    run.add_argument("--require", action="append", default=[], metavar="ID|AREA",
+                     help="a check ID or area (DP-HLT) that must be exercised: not exercised fails the run")
+    run.add_argument("--node", default="fake", choices=["fake", "real"],
+                     help="whose kubelet the checks run on: fake (fakelet's own, default) or real (kubelet v1.36 "
+                          "built from the Go module proxy, with containerd, in a private namespace; root only)")
+    run.add_argument("--cluster", choices=["kind"],
+                     help="deploy the --image as a DaemonSet on a kind cluster (pytest-kind) and run the checks a "
+                          "real cluster can judge (DP-NODE-01/02); one check at a time")
+    run.add_argument("--kind-image", metavar="IMAGE", help="the kind node image (default: kind's own, "
+                                                             "kindest/node:v1.37.0 for kind v0.33.0)")
+    run.add_argument("--keep-cluster", action="store_true",
+                     help="reuse the kind cluster if it exists, and keep it after the run")
+    run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
+                     help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
+                          "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
+    fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
+                              "and write a verdict table (root, containerd)")
+    fid.add_argument("--subject", action="append", default=[], metavar="NAME",
+                     help="a subject to compare (repeatable; default: the targets in fixtures/fidelity.yaml)")
+    fid.add_argument("--defect", help="run the --subject(s) as this mutant")
+    fid.add_argument("--targets", metavar="PATH",
+                     help="a targets file of your own (fixtures/fidelity.yaml's form)")
+    fid.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    fid.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    fid.add_argument("--mutant-bound", type=float, default=MUTANT_BOUND_S, metavar="SECONDS",
+                     help=f"reaction bound for mutants, as the kill matrix uses (default {MUTANT_BOUND_S:g}); the "
+                          "reference and benign behaviours keep the kubelet's own")
+    fid.add_argument("--out", default="fakelet-fidelity", help="report directory (default ./fakelet-fidelity)")
+    fid.add_argument("-j", "--jobs", type=int, default=2, help="checks run in parallel (default 2)")
+    fid.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    up = sub.add_parser("up", help="run one live session (kubelet, subject, fake devices) until Ctrl-C")
+    _add_subject_flags(up, many=False)
+    _add_one_off_flags(up)
+    _add_world_flags(up)
+    up.add_argument("--out", help="keep the session's timeline and subject log here")
+    up.add_argument("--for", dest="duration", type=float, metavar="SECONDS",
+                    help=f"stop by itself after this long (at most {MAX_SESSION_S:g})")
+    devices = sub.add_parser("devices", add_help=False,
+                             help="control a running session's fake devices (fakelet devices --help)")
+    devices.add_argument("args", nargs=argparse.REMAINDER)
+    for name, what in (("taint", "add or remove a DeviceTaintRule on a device of a running session"),
+                       ("pods", "create or list a running session's pods (fakelet pods --help)")):
+        sub.add_parser(name, add_help=False, help=what).add_argument("args", nargs=argparse.REMAINDER)
+    scenario = sub.add_parser("scenario", help="reproduce a reported bug from a scenario file, narrated step by step")
+    steps = scenario.add_subparsers(dest="scenario_command", required=True)
+    steps.add_parser("list", help="one line per bundled scenario: name, title, upstream link")
+    show = steps.add_parser("show", help="a scenario's report, steps and expected verdicts")
+    show.add_argument("name", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    play = steps.add_parser("run", help="run a scenario: reproduced, not reproduced, or inconclusive")
+    play.add_argument("name", nargs="?", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    play.add_argument("--file", metavar="PATH", help="a scenario file of your own (fixtures/scenarios/*.yaml's form)")
+    _add_subject_flags(play, many=False)
+    _add_one_off_flags(play)
+    _add_world_flags(play)
+    play.add_argument("--node", default="fake", choices=["fake", "real"],
+                      help="fake (fakelet's kubelet, default) or real (kubelet v1.36 from the Go module proxy; root)")
+    play.add_argument("--repeat", type=int, default=1, metavar="N",
+                      help=f"run it N times (races): how many of N reproduced it (at most {MAX_REPEAT})")
+    play.add_argument("--reaction-bound", type=float, metavar="SECONDS",
+                      help="waits and expectations without their own `within` use this bound instead of the "
+                           "kubelet's 30 s (for mutants that never react; a reproduction may then differ)")
+    play.add_argument("--toleration-seconds", type=int, metavar="N",
+                      help="taint-eviction story: the pod tolerates the NoExecute taint for N seconds")
+    play.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
+    play.set_defaults(seed=None)  # the scenario file's seed unless --seed is given
+    sub.add_parser("subjects", help="list the known subjects and their defects")
+    sub.add_parser("checks", help="list the conformance checks")
+    return parser
+
+
+def max_jobs() -> int:
+    # Each job runs a kubelet, a plugin and often a fake backend: more than a few per core only thrashes.
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
+    known: dict[str, tuple[str, str]] = {}
+    for kind in kinds:
+        known.update(catalog(SUITES[kind]))
+    unknown = sorted(set(args.check) - set(known))
+    if unknown:
+        raise UsageError(f"unknown check ID(s) {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+def overrides(args: argparse.Namespace) -> Overrides:
+    return Overrides(inventory=args.inventory, skin=args.skin, env=list(args.env), pass_env=list(args.pass_env),
+                     private_dirs=list(args.private_dir), device_ids=args.device_ids,
+                     observes=parse_observes(args.observes), thermal_threshold=args.thermal_threshold)
+
+
+def subject_names(args: argparse.Namespace) -> list[str | None]:
+    """The --subject names to build runs for; [None] when --plugin-cmd or --subject-file is the one subject."""
+    if args.plugin_cmd is not None or args.subject_file is not None or (args.image and not args.subject):
+        return [None]
+    if args.subject:
+        return list(args.subject)
+    names: list[str | None] = [s.name for s in all_subjects() if s.reference]
+    if args.defect:
+        # `--defect D` alone: the reference subject(s) that have that defect.
+        having: list[str | None] = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
+        return having or names[:1]  # none: let RunConfig say which defects exist
+    return names
+
+
+def build_run(args: argparse.Namespace, subject: str | None, out: str | None) -> RunConfig:
+    return RunConfig.build(subject=subject, subject_file=args.subject_file, defect=args.defect,
+                           profile=args.profile, seed=args.seed, checks=getattr(args, "check", []), out=out,
+                           plugin_cmd=args.plugin_cmd, resource=args.resource, driver=args.driver,
+                           mount_namespace=args.mount_namespace, binary=args.binary, kind=args.kind,
+                           kubelet_version=args.kubelet_version, control_plane=args.control_plane,
+                           overrides=overrides(args), require=getattr(args, "require", []),
+                           reaction_bound=getattr(args, "reaction_bound", None), node=getattr(args, "node", "fake"),
+                           image=image_flags(args), cluster=getattr(args, "cluster", None),
+                           kind_image=getattr(args, "kind_image", None),
+                           keep_cluster=getattr(args, "keep_cluster", False))
+
+
+def image_flags(args: argparse.Namespace) -> Image | None:
+    """--image with its --image-arg and --privileged; those two alone are errors."""
+    image = getattr(args, "image", None)
+    if image is None:
+        for flag, value in (("--image-arg", getattr(args, "image_arg", None)),
+                            ("--privileged", getattr(args, "privileged", False))):
+            if value:
+                raise UsageError(f"{flag} goes with --image")
+        return None
+    return Image(image, list(args.image_arg) if args.image_arg is not None else None, args.privileged)
+
+
+def check_one_subject(args: argparse.Namespace) -> None:
+    chosen = [flag for flag, value in (("--subject", args.subject), ("--subject-file", args.subject_file),
+                                       ("--plugin-cmd", args.plugin_cmd)) if value or value == ""]
+    if len(chosen) > 1:
+        raise UsageError(f"give either {chosen[0]} or {chosen[1]}, not both")
+
+
+def configs(args: argparse.Namespace) -> list[RunConfig]:
+    """Validate every flag before anything starts, so bad input fails fast and leaves nothing."""
+    check_one_subject(args)
+    if args.defect and len(args.subject) > 1:
+        raise UsageError("--defect applies to one --subject")
+    if args.image and len(args.subject) > 1:
+        raise UsageError("--image applies to one --subject")
+    if not 1 <= args.jobs <= max_jobs():
+        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    runs = [build_run(args, name, args.out) for name in subject_names(args)]
+    check_ids(args, {r.spec.kind for r in runs})
+    if args.check:
+        # `--check DP-...` over every reference subject runs only the subjects those checks are for.
+        runs = [r for r in runs if set(args.check) & set(catalog(SUITES[r.spec.kind]))]
+    return runs
+
+
+def up_config(args: argparse.Namespace) -> RunConfig:
+    check_one_subject(args)
+    return build_run(args, args.subject, args.out)
+
+
+def write_config(run: RunConfig, out: Path, directory: Path) -> Path:
+    """The run as the one file its pytest process reads (`--fakelet-config`), its reports going to `out`."""
+    return dataclasses.replace(run, out=out).save(directory / "run.json")
+
+
+def pytest_argv(args: argparse.Namespace, run: RunConfig, config: Path) -> list[str]:
+    argv = [sys.executable, "-m", "pytest", "--pyargs", SUITES[run.spec.kind], "-p", "no:cacheprovider",
+            "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
+            "--fakelet-config", str(config)]
+    # One kind cluster, one node: its checks take turns (each restarts that node's kubelet).
+    if args.jobs > 1 and run.cluster is None:
+        argv += ["-p", "xdist", "-n", str(args.jobs)]
+    return argv
+
+
+INTERRUPT_GRACE_S = 30.0  # how long an interrupted check run may take to tear its checks down
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a run: carries the partial report of the subject that was running."""
+
+    def __init__(self, partial: SubjectReport | None) -> None:
+        super().__init__()
+        self.partial = partial
+
+
+def nothing_ran(run: RunConfig) -> SubjectReport:
+    """The report of a run interrupted before its first verdict: every selected check without one."""
+    selected = run.checks or list(catalog(SUITES[run.spec.kind]))
+    return SubjectReport(subject=run.spec.name, profile=run.profile.name, seed=run.seed, defect=run.defect,
+                         kind=run.spec.kind, missing=sorted(selected), interrupted=True)
+
+
+def prebuild(run: RunConfig) -> None:
+    """Build what the checks will build, here: a first run's minutes of progress reach the terminal from one
+    process, instead of every check process building or waiting at once. A failed build is the checks' to
+    report (they skip with its reason)."""
+    with contextlib.suppress(SubjectUnavailable):
+        run.resolve_binary()
+    # DRA checks do not run on the real kubelet here (pytest_plugin.DRA_REAL_REASON): no kubelet to build.
+    if run.node == "real" and not run.spec.is_dra and realnode_unavailable() is None:
+        with contextlib.suppress(ControlPlaneUnavailable):
+            find_kubelet(run.kubelet_version.name)
+
+
+def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectReport:
+    try:
+        prebuild(run)
+    except KeyboardInterrupt:
+        raise Interrupted(nothing_ran(run)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").unlink(missing_ok=True)
+    stdout = None if args.verbose else subprocess.DEVNULL
+    # pytest's own temp root (xdist makes one) and the run's config file must not outlive the run either.
+    # pytest empties its basetemp when it starts, so both live one level down.
+    scratch = owned_dir(f"{OWNED_PREFIX}pytest-")
+    try:
+        basetemp = str(scratch / "basetemp")
+        config = write_config(run, out, scratch)
+        # If fakelet itself is killed outright, the check run gets SIGTERM and tears down.
+        # Its own process group, so that an interrupt reaches its xdist workers at once, not after their checks.
+        with _stop.shielded():  # a check run started must be known here, to be stopped
+            proc = subprocess.Popen(die_with_parent([*pytest_argv(args, run, config), "--basetemp", basetemp]),
+                                    stdout=stdout, start_new_session=True)
+        try:
+            _stop.raise_if_requested()
+            code = proc.wait()
+        except KeyboardInterrupt:
+            print(f"\nfakelet: stopping: the checks of {run.spec.name} tear down (at most {INTERRUPT_GRACE_S:.0f} s)",
+                  file=sys.stderr, flush=True)
+            stop_check_run(proc)
+            raise Interrupted(load_report(out, interrupted=True) or nothing_ran(run)) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report = load_report(out)
+    if code not in (0, 1) or report is None:
+        raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
+                           f"rerun with -v to see its output")
+    return report
+
+
+def die_with_parent(cmd: list[str]) -> list[str]:
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+
+
+def stop_check_run(proc: subprocess.Popen[bytes]) -> None:
+    """Make the check run stop now: every process of it tears its checks down, then it is killed."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def load_report(out: Path, interrupted: bool = False) -> SubjectReport | None:
+    try:
+        report = SubjectReport.from_dict(json.loads((out / "report.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    report.interrupted = report.interrupted or interrupted
+    return report
+
+
+def counts(s: dict) -> str:
+    return (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
+            f"{s['skip']} skip, {s['error']} error")
+
+
+def print_report(report: SubjectReport) -> None:
+    s = report.summary()
+    name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
+    if report.kind == "dra" and report.api_versions:
+        name += " (" + ", ".join(f"{k} {v}" for k, v in report.api_versions.items()) + ")"
+    print(f"\n{name}: {counts(s)} ({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
+    for c in report.checks:
+        first = (c.detail.splitlines() or [""])[0]
+        print(f"  {c.verdict.upper():13} {c.id:10} {c.level:6} {first[:110]}")
+        for note in c.notes:
+            if note.startswith("slow"):
+                print(f"  {'':13} {'':10} {'':6} {note[:110]}")
+        if c.verdict in ("fail", "error"):
+            print(f"        reproduce: {c.repro}")
+    for finding in report.findings:
+        print(f"  finding: {finding}")
+    for hint in report.install_hints():
+        print(f"  to run what was skipped, install: {hint}")
+    print(f"  => {report.coverage_line()}")
+
+
+def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = False) -> None:
+    status = INTERRUPTED if interrupted else run_status(reports)
+    index = {"schema_version": reports[0].schema_version if reports else "1",
+             "runs": [r.to_dict() for r in reports],
+             "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
+    (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
+    lines = ["# fakelet conformance", "", f"**{status}**", "",
+             "| subject | pass | fail | not exercised | n/a | skip | error | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        s = r.summary()
+        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['not-exercised']} | "
+                     f"{s['n/a']} | {s['skip']} | {s['error']} | {r.coverage_line()} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
+    """Start one local API server for every DRA or real-kubelet run, instead of one per check process."""
+    if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
+        return None
+    try:
+        plane = open_control_plane("local").start()
+    except ControlPlaneUnavailable as err:
+        print(f"fakelet: no local API server ({err}); DRA checks that need one will skip", file=sys.stderr)
+        spec = UNAVAILABLE + str(err)
+        plane = None
+    else:
+        spec = f"kubeconfig:{plane.kubeconfig}"
+    # The check processes find it through the environment, so their repro lines still say "local".
+    os.environ[SHARED_CONTROL_PLANE_ENV] = spec
+    return plane
+
+
+def reap_dead_runs() -> None:
+    removed: list = [*reap(), *(f"container {name}" for name in sweep_containers())]
+    if removed:
+        print(f"fakelet: removed {len(removed)} leftover(s) of dead runs: {', '.join(map(str, removed[:5]))}"
+              f"{' ...' if len(removed) > 5 else ''}", file=sys.stderr)
+
+
+REPORT_MARK = ".fakelet-report"  # marks a directory fakelet wrote, so a later run may replace it whole
+
+
+def check_out(value: str) -> Path:
+    """The report directory: never / or home, never someone else's non-empty directory."""
+    if not value.strip():
+        raise UsageError("--out is empty; name a directory for the report")
+    out = Path(value).expanduser()
+    if out.is_symlink() and not out.exists():
+        raise UsageError(f"--out {oneline(value)}: a dangling symlink (to {oneline(os.readlink(out))}); "
+                         "remove it or name another directory")
+    resolved = out.resolve()
+    if resolved == Path("/") or resolved == Path.home().resolve():
+        raise UsageError(f"--out {value}: refusing to write a report into {resolved}")
+    if resolved.exists() and not resolved.is_dir():
+        raise UsageError(f"--out {value}: {resolved} exists and is not a directory")
+    if resolved.is_dir() and any(resolved.iterdir()) and not is_report_dir(resolved):
+        raise UsageError(f"--out {value}: {resolved} is not empty and holds no fakelet report; "
+                         "name a new or empty directory")
+    return out
+
+
+def is_report_dir(path: Path) -> bool:
+    if (path / REPORT_MARK).is_file():
+        return True
+    try:  # a report written before the mark existed
+        return "schema_version" in json.loads((path / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def fresh_out(out: Path) -> None:
+    """Replace an earlier report whole: its artifacts never mix with this run's."""
+    if out.is_dir() and is_report_dir(out):
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_MARK).write_text("written by fakelet; a later run or session replaces this directory whole\n")
+
+
+def staging_dir(out: Path) -> Path:
+    """A claimed directory beside `out` for this run's report (the reaper removes one a killed run left)."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    reap(parent, cgroups=False)
+    stage = owned_dir(f"{OWNED_PREFIX}{out.name}-", parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(stage, 0o777 & ~umask)  # a report is for sharing (CI artifacts): the user's usual mode, not 0700
+    (stage / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+    return stage
+
+
+def swap_in(stage: Path, out: Path) -> None:
+    """Put the finished report in place of `out`; the earlier one goes only now that this one exists."""
+    (stage / OWNER_FILE).unlink(missing_ok=True)
+    old = None
+    if out.exists() or out.is_symlink():
+        old = owned_dir(f"{OWNED_PREFIX}{out.name}-old-", stage.parent)  # reaped if this process dies now
+        os.rename(out, old / out.name)
+    os.rename(stage, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    out = check_out(args.out)
+    runs = configs(args)
+    if not runs:
+        raise UsageError("no subjects to run")
+    # The earlier report stays whole until this run's exists: the run writes beside it and swaps at the end.
+    stage = staging_dir(out)
+    try:
+        reports, interrupted = run_subjects(args, runs, stage)
+        if interrupted:
+            not_run = [r.spec.name for r in runs[len(reports):]]
+            print(f"\nfakelet: interrupted; subjects stopped and sandboxes removed"
+                  f"{'; not run: ' + ', '.join(not_run) if not_run else ''}", file=sys.stderr)
+        reports = finish_reports(runs, reports, stage, out, interrupted)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    status = run_status(reports)
+    if len(reports) > 1:
+        print(f"\nrun: {status}")
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[status]
+
+
+def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
+                 stage: Path) -> tuple[list[SubjectReport], bool]:
+    """Each subject's report, in order, and whether a stop signal cut the run short (at any moment)."""
+    reports: list[SubjectReport] = []
+    plane = None
+    try:
+        reap_dead_runs()
+        plane = shared_control_plane(runs)
+        for run in runs:
+            target = stage if len(runs) == 1 else stage / run.spec.name
+            reports.append(run_one(args, run, target))
+            write_repros(reports[-1], run, target)
+            print_report(reports[-1])
+    except Interrupted as stop:
+        if stop.partial is not None:
+            reports.append(stop.partial)
+            print_report(stop.partial)
+    except KeyboardInterrupt:
+        pass  # before or between check runs: nothing of theirs is left running
+    finally:
+        with _stop.shielded():
+            os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+            if plane is not None:
+                plane.stop()
+    return reports, _stop.requested
+
+
+def finish_reports(runs: list[RunConfig], reports: list[SubjectReport], stage: Path, out: Path,
+                   interrupted: bool) -> list[SubjectReport]:
+    """Write the run's reports into `stage` and swap it in for `out`; a stop meanwhile makes them INTERRUPTED."""
+    if interrupted:
+        reports = interrupted_reports(runs, reports)
+    try:
+        write_reports(runs, reports, stage, interrupted)
+    except KeyboardInterrupt:
+        interrupted, reports = True, interrupted_reports(runs, reports)
+        with _stop.shielded():
+            write_reports(runs, reports, stage, True)
+    with _stop.shielded():
+        swap_in(stage, out)
+    if _stop.requested and not interrupted:
+        # The stop came while the reports were being swapped in: say so in them, in place.
+        reports = interrupted_reports(runs, reports)
+        with _stop.shielded():
+            write_reports(runs, reports, out, True)
+    return reports
+
+
+def interrupted_reports(runs: list[RunConfig], reports: list[SubjectReport]) -> list[SubjectReport]:
+    """Every subject marked interrupted; a subject that never ran lists every selected check as missing."""
+    for report in reports:
+        report.interrupted = True
+    return reports + [nothing_ran(run) for run in runs[len(reports):]]
+
+
+def write_reports(runs: list[RunConfig], reports: list[SubjectReport], directory: Path, interrupted: bool) -> None:
+    if len(runs) == 1:
+        write_all(reports[0], directory)
+        return
+    for report in reports:
+        if report.interrupted:  # its check run could not finish its own report
+            write_all(report, directory / report.subject)
+    write_index(reports, directory, interrupted)
+
+
+def cmd_subjects() -> int:
+    for spec in all_subjects():
+        tag = " (reference)" if spec.reference else ""
+        print(f"{spec.name}{tag}: {spec.kind}, {spec.launcher} launcher, resource {spec.resource}")
+        if spec.description:
+            print(f"  {spec.description}")
+        for d in spec.defects.values():
+            print(f"  --defect {d.name:24} fails {', '.join(d.kills)}")
+    return EXIT_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if args.duration is not None:
+        check_number("--for", args.duration, 0, MAX_SESSION_S, low_open=True)
+    out = check_out(args.out) if args.out is not None else None
+    run = up_config(args)
+    reap_dead_runs()
+    if out is not None:
+        fresh_out(out)
+    session = Session(run, sys.stdout)
+    try:
+        session.start()
+        sock = session.control_socket
+        print(f"session up: subject {run.spec.name}, sandbox {session.env.sandbox.path if session.env else ''}")
+        if sock is not None:
+            print(f"control socket: {sock}\nexport FAKELET_CONTROL_SOCKET={sock}   # then: fakelet devices fail ID, "
+                  "fakelet pods create, fakelet taint add DEV",
+                  flush=True)
+        for line in surface_exports(session):
+            print(line, flush=True)
+        session.wait(args.duration)
+    finally:
+        session.close()
+    return EXIT_OK
+
+
+def surface_exports(session: Session) -> list[str]:
+    """What a person exports to point their own vendor tools (nvidia-smi, a script on pynvml) at the fake GPUs."""
+    devices = session.env.devices if session.env is not None else None
+    if devices is None or devices.nvml is None:
+        return []
+    from fake_devices.nvml.build import NvmlBuildError, library
+
+    try:
+        lib = library()
+    except NvmlBuildError as err:
+        return [f"# the fake NVML library is unavailable: {err}"]
+    exports = {"LD_LIBRARY_PATH": str(lib.parent), **devices.nvml.env}
+    return [f"export {k}={v}" for k, v in exports.items()] + [
+        "# then any NVML tool sees the fake GPUs; fakelet devices heat|fail|ecc|xid DEV changes what it sees"]
+
+
+def cmd_scenario(args: argparse.Namespace) -> int:
+    if args.scenario_command == "list":
+        for scenario in library.all_scenarios():
+            print(scenario.summary())
+        return EXIT_OK
+    if args.scenario_command == "show":
+        print("\n".join(describe_scenario(library.find(args.name))))
+        return EXIT_OK
+    return cmd_scenario_run(args)
+
+
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    if (args.name is None) == (args.file is None):
+        raise UsageError("give a scenario NAME (fakelet scenario list) or --file PATH, one of them")
+    return library.find(args.name) if args.name else load_scenario(Path(args.file))
+
+
+def cmd_scenario_run(args: argparse.Namespace) -> int:
+    if args.toleration_seconds is not None and not 0 <= args.toleration_seconds <= MAX_TOLERATION_S:
+        raise UsageError(f"--toleration-seconds {args.toleration_seconds}: must be between 0 and {MAX_TOLERATION_S}")
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise UsageError(f"--repeat {args.repeat}: must be between 1 and {MAX_REPEAT}")
+    check_one_subject(args)
+    scenario = scenario_of(args)
+    if args.seed is None:
+        args.seed = scenario.seed
+    if args.defect is None and scenario.defect and not (args.subject or args.subject_file or args.plugin_cmd):
+        args.defect = scenario.defect  # a repro file's mutant, on the subject it names
+    out = check_out(args.out)
+    chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file or args.image
+                              else scenario.subject or DEFAULT_SUBJECT[scenario.kind])
+    run = build_run(args, chosen, str(out))
+    if run.spec.kind != scenario.kind:
+        raise UsageError(f"scenario {scenario.name} is for a {scenario.kind}; {run.spec.name} is a {run.spec.kind}")
+    if args.node not in scenario.nodes:
+        raise UsageError(f"scenario {scenario.name} runs on {', '.join(scenario.nodes)} kubelets, not --node "
+                         f"{args.node}")
+    reap_dead_runs()
+    stage = staging_dir(out)  # as `fakelet run`: the earlier report stays whole until this one exists
+    try:
+        print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
+              f"{args.node} kubelet ({scenario.upstream})", flush=True)
+        report = run_scenario(dataclasses.replace(run, out=stage), scenario, lambda line: print(line, flush=True),
+                              repeat=args.repeat, node=args.node, file=args.file, toleration_s=args.toleration_seconds)
+        write_all(report, stage)
+        with _stop.shielded():
+            swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    print_report(report)
+    outcome = report.facts.get("scenario", {}).get("outcome")
+    if outcome:
+        runs = report.facts["scenario"]
+        tally = f" ({runs['reproduced']} of {runs['runs']} runs reproduced it)" if runs["runs"] > 1 else ""
+        print(f"\nverdict: {outcome.upper()}{tally}")
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[report.status()]
+
+
+def cmd_fidelity(args: argparse.Namespace) -> int:
+    if not 1 <= args.jobs <= max_jobs():
+        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    # Named here: a bad bound would otherwise surface from the first mutant's run as --reaction-bound's error.
+    check_number("--mutant-bound", args.mutant_bound, 0, PROFILES[args.profile].reaction_s, low_open=True)
+    if args.defect and not args.subject:
+        raise UsageError("--defect needs --subject")
+    if args.subject and args.targets:
+        raise UsageError("give either --subject or --targets, not both")
+    why = realnode_unavailable()
+    if why:
+        raise UsageError(f"fidelity needs a real kubelet, and this machine cannot run one: {why}")
+    targets, known = fidelity.load_targets(Path(args.targets) if args.targets else fidelity.default_targets_file())
+    if args.subject:
+        targets = [fidelity.Target(s, args.defect) for s in args.subject]
+    out = check_out(args.out)
+    reap_dead_runs()
+    fresh_out(out)
+
+    try:
+        table = fidelity.run(args, targets, known, out, run_one, shared_control_plane,
+                             lambda line: print(line, flush=True))
+    except Interrupted:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+        return 130
+    finally:
+        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+    gaps = table.gaps()
+    print(f"\nwall time: fake {table.wall_s['fake']:.1f}s, real {table.wall_s['real']:.1f}s; "
+          f"{len(gaps)} unexplained difference(s)")
+    print(f"table: {out}/fidelity.md")
+    return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
+
+
+def cmd_checks() -> int:
+    for kind, package in SUITES.items():
+        for check_id, (level, title) in catalog(package).items():
+            print(f"{check_id:10} {level:6} {kind:13} {title}")
+    return EXIT_OK
+
+
+def _still_stopping(signum: int) -> None:
+    # os.write, not print: the signal may have cut into a print to stderr (a reentrant write would raise).
+    os.write(2, b"fakelet: still stopping: subjects, sandboxes and reports are being cleaned up\n")
+
+
+_stop = StopSignals()  # main() installs a fresh one per call
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["devices"]:
+        # Its own parser: options after `devices` belong to it, not to ours.
+        return devices_main(argv[1:])
+    if argv[:1] in (["taint"], ["pods"]):
+        return session_main(argv[0], argv[1:])
+    if argv[:1] == ["scenario"] and len(argv) > 1 and argv[1] not in SCENARIO_COMMANDS:
+        argv = ["scenario", "run", *argv[1:]]  # `fakelet scenario NAME ...` is `fakelet scenario run NAME ...`
+    args = build_parser().parse_args(argv)
+    global _stop
+    _stop = StopSignals(_still_stopping).install()
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    try:
+        if args.command == "subjects":
+            return cmd_subjects()
+        if args.command == "checks":
+            return cmd_checks()
+        if args.command == "up":
+            return cmd_up(args)
+        if args.command == "scenario":
+            return cmd_scenario(args)
+        if args.command == "fidelity":
+            return cmd_fidelity(args)
+        return cmd_run(args)
+    except (UsageError, ProfileError, ValueError) as err:
+        print(f"fakelet: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as err:
+        print(f"fakelet: harness error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # `fakelet checks | head`: the reader has what it wanted. Point stdout at /dev/null so that
+        # the interpreter's own flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as err:
+        print(f"fakelet: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
