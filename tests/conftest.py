@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -9,6 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# CI (.ci/run sets CI=true, and tox.ini passes it on) draws the same examples on every run, so that a red
+# build is the code's doing and replays from the log (print_blob); a developer's run keeps exploring new ones.
+# No deadline and no too_slow health check: on a loaded machine one example, or drawing it, can take seconds
+# without being slow code. Registered here rather than left to hypothesis's own CI detection, so that it does
+# not depend on the hypothesis release; loaded before any test module is imported, so that each test's own
+# @settings(...) inherits it.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 EXIT_CODES = {0, 1, 2, 3, 130}
+# On top of the active profile (conftest.py's "ci" in CI), whose suppressed health checks it keeps.
+FUZZ = settings(max_examples=30, deadline=None,
+                suppress_health_check=[*settings.default.suppress_health_check, HealthCheck.function_scoped_fixture])
 RUN_TIMEOUT_S = 120
 
 GARBAGE = st.sampled_from(["", " ", "-", "--", "{", "}", "{nope}", "{python}", "/", "..", "é", "9" * 30,
@@ -85,7 +88,7 @@ def leftovers(tmp: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(argv=command_lines())
 def test_any_command_line_gets_a_known_exit_and_no_traceback(argv: list[str], tmp: Path,
                                                               tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -114,7 +117,7 @@ YAML_VALUES = st.recursive(
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(doc=st.dictionaries(st.sampled_from(SUBJECT_KEYS), YAML_VALUES, max_size=8))
 def test_any_subject_file_gets_a_known_exit_and_no_traceback(doc: dict, tmp: Path,
                                                               tmp_path_factory: pytest.TempPathFactory) -> None:

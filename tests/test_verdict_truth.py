@@ -95,7 +95,7 @@ def test_a_mapping_that_is_not_one_to_one_maps_nothing_twice() -> None:
 
 
 # Bounds a plugin is held to: a profile that changed one could change a verdict.
-PLUGIN_FACING = ("dial_timeout_s", "prestart_timeout_s", "reaction_s", "sigterm_exit_s", "quiet_window_s",
+PLUGIN_FACING = ("dial_timeout_s", "prestart_timeout_s", "reaction_s", "startup_s", "sigterm_exit_s", "quiet_window_s",
                  "long_outage_s", "dra_call_timeout_s", "dra_health_timeout_s")
 
 

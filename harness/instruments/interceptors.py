@@ -103,10 +103,12 @@ class RecordingServerInterceptor(grpc.ServerInterceptor):
 @dataclass(frozen=True)
 class CallHook:
     """What to do as the next outgoing call of `method` on a timeline's channels is sent, once (a scenario's
-    plugin crash during that call). `before` runs in the calling thread just before the request goes out."""
+    plugin crash during that call). `before` runs in the calling thread just before the request goes out,
+    `after` once the call has ended, however it ended."""
 
     method: str
     before: Callable[[], None]
+    after: Callable[[], None] | None = None
 
 
 _HOOKS: weakref.WeakKeyDictionary[Timeline, list[CallHook]] = weakref.WeakKeyDictionary()
@@ -142,8 +144,15 @@ class RecordingClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStr
         t0 = time.monotonic()
         method = method_name(details.method)
         hook = _take_call_hook(self.timeline, method)
-        if hook is not None:
-            hook.before()
+        try:
+            if hook is not None:
+                hook.before()
+            return self._call(continuation, details, request, method, t0)
+        finally:
+            if hook is not None and hook.after is not None:
+                hook.after()
+
+    def _call(self, continuation: Callable[..., Any], details: Any, request: Message, method: str, t0: float) -> Any:
         call = continuation(details, request)
         try:
             response = call.result()

@@ -9,7 +9,7 @@ import threading
 from harness.instruments.interceptors import CallHook, arm_call_hook
 from harness.instruments.timeline import Event, WaitTimeout
 from harness.scenarios.outcomes import Inconclusive, Symptom
-from harness.scenarios.state import StageState
+from harness.scenarios.state import Crash, StageState
 from harness.scenarios.step import Step
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
@@ -20,10 +20,12 @@ class PluginSteps(StageState):
         """Finish the crashes that fired during the last step: the plugin starts again here, on this
         thread (a child's parent-death signal follows the thread that started it)."""
         fired, self.crashes = self.crashes, []
-        for thread, restart, method in fired:
-            thread.join(CRASH_JOIN_S)
-            self.tell(f"the plugin was killed as the kubelet sent {method}")
-            if restart:
+        for crash in fired:
+            # Not before the crashed call has failed: a plugin started again could answer it otherwise.
+            crash.ended.wait(CRASH_JOIN_S)
+            crash.killer.join(CRASH_JOIN_S)
+            self.tell(f"the plugin was killed as the kubelet sent {crash.method}")
+            if crash.restart:
                 self.env.subject.start()
                 self.tell("plugin started again (its DaemonSet restarts it)")
 
@@ -57,17 +59,22 @@ class PluginSteps(StageState):
         the call fails as it does when a plugin dies in mid-call, never with the plugin's answer. Whether
         the plugin had read the request by then is not known; the kubelet cannot tell either."""
         subject = self.env.subject
+        crash = Crash(method, restart, threading.Thread(target=subject.kill, name=f"crash-during-{method}",
+                                                        daemon=True))
 
         def fire() -> None:
-            # The signal goes before the request does, so even a plugin that answers in microseconds
-            # cannot; the kill's wait and reaping run beside the call, which fails as the plugin dies.
+            # The request waits until the plugin is dead, so even a plugin that answers in microseconds
+            # cannot. A sent SIGKILL is not a dead plugin: a contained one dies only once its namespace's
+            # PID 1, which the signal reaches, runs again, and on a loaded machine that can be after the
+            # plugin answered. Reaping and the cgroup's release run beside the call.
             self.env.timeline.record("fault.crash_during", "harness", method=method, restart=restart)
             subject.signal(signal.SIGKILL)
-            thread = threading.Thread(target=subject.kill, name=f"crash-during-{method}", daemon=True)
-            self.crashes.append((thread, restart, method))
-            thread.start()
+            self.crashes.append(crash)
+            crash.killer.start()
+            if subject.wait_exit(CRASH_JOIN_S) is None:
+                self.env.timeline.record("fault.crash_late", "harness", method=method, waited_s=CRASH_JOIN_S)
 
-        arm_call_hook(self.env.timeline, CallHook(method, fire))
+        arm_call_hook(self.env.timeline, CallHook(method, fire, crash.ended.set))
         self.tell(f"armed: the plugin is killed{' and started again' if restart else ''} as the kubelet "
                   f"sends its next {method}")
 

@@ -10,7 +10,6 @@ end besides success is in outcomes.py.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from harness.scenarios.kubelet_steps import KubeletSteps
 from harness.scenarios.outcomes import Inconclusive, PodRecord, Symptom
 from harness.scenarios.plugin_steps import CRASH_JOIN_S, PluginSteps
 from harness.scenarios.pod_steps import PodSteps
+from harness.scenarios.state import Crash
 from harness.scenarios.step import Step, flow
 from harness.scenarios.vocabulary import duration_s
 from harness.world.env import DPEnv
@@ -39,7 +39,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         self.lines: list[str] = []
         self.pods: dict[str, PodRecord] = {}
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
-        self.crashes: list[tuple[threading.Thread, bool, str]] = []  # fired crashes: thread, restart, call
+        self.crashes: list[Crash] = []
 
     # -- narration -------------------------------------------------------------------------------
 
@@ -64,8 +64,8 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
     def close(self) -> None:
         for hook in disarm_call_hooks(self.env.timeline):
             self.tell(f"the kubelet never sent {hook.method}: the crash armed for it did not happen")
-        for thread, _, _ in self.crashes:
-            thread.join(CRASH_JOIN_S)
+        for crash in self.crashes:
+            crash.killer.join(CRASH_JOIN_S)
         for instance in self.retired:
             instance.stop()
 
@@ -101,8 +101,22 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
 
     # -- wait and expect --------------------------------------------------------------------------
 
+    def _default_within(self, step: Step) -> float:
+        """A step's `within:`, or the reaction bound, which then runs once a plugin still starting has started
+        (a loaded machine starts a process late; `--reaction-bound` is for reactions)."""
+        within = duration_s(step.options.get("within"))
+        if within:
+            return within
+        start = self.env.current_start()
+        if start is not None and self.env.node.running:  # with no kubelet there is nothing to start up to
+            try:
+                self.env.wait_started(start.t_ns)
+            except WaitTimeout:
+                pass  # it never got so far: the step's own wait says what it saw
+        return self.env.profile.reaction_s
+
     def _do_wait(self, step: Step) -> None:
-        within = duration_s(step.options.get("within")) or self.env.profile.reaction_s
+        within = self._default_within(step)
         ok, seen = Conditions(self).wait(step.arg, within)
         if not ok:
             raise Inconclusive(f"precondition never held within {within:g}s: {flow(step.arg)}; saw {seen}")
@@ -117,7 +131,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
                 raise Symptom(f"expected {flow(step.arg)} throughout {span:g}s; saw {seen}")
             self.tell(f"held for {span:g}s: {flow(step.arg)} ({seen})")
             return
-        within = duration_s(step.options.get("within")) or self.env.profile.reaction_s
+        within = self._default_within(step)
         ok, seen = conditions.wait(step.arg, within)
         if not ok:
             raise Symptom(f"expected {flow(step.arg)} within {within:g}s; saw {seen}")

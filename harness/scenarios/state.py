@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.node.fake import FakeNode
 from harness.scenarios.outcomes import PodRecord
 from harness.world.env import DPEnv
+
+
+@dataclass
+class Crash:
+    """A plugin crash that fired as the kubelet sent `method` (plugin_steps.py)."""
+
+    method: str
+    restart: bool
+    killer: threading.Thread  # reaps what the SIGKILL left and releases the cgroup
+    ended: threading.Event = field(default_factory=threading.Event)  # the call it crashed has failed
 
 
 class StageState:
@@ -18,7 +29,7 @@ class StageState:
     began_ns: int  # the timeline when the scenario began: conditions count calls and dials from here
     pods: dict[str, PodRecord]
     retired: list[Any]  # plugin instances a rolling update replaced, stopped at close
-    crashes: list[tuple[threading.Thread, bool, str]]  # fired crashes: thread, restart, call
+    crashes: list[Crash]  # fired, not yet finished
     tell: Callable[[str], None]
     is_dra: bool
     fake: FakeNode | None

@@ -12,7 +12,12 @@ budget but within the bound passes with a "slow" note and its measured time.
 `with_reaction_bound` makes a profile that holds plugins to a shorter bound:
 fakelet's own kill matrix uses it for mutants whose defect is "never reacts",
 so that catching them does not cost the full kubelet bound. Verdicts under it
-may differ from a real kubelet's, and the report says so.
+may differ from a real kubelet's, and the report says so. It leaves `startup_s`
+alone: how soon a process that was just started calls Register says how loaded
+the machine is, not how the plugin reacts, so under a shortened bound the
+start-up has the kubelet's T and the short bound runs from the first Register
+(a mutant that never registers still fails fast: its Register arrives, and the
+rest is a reaction). Under the kubelet's own bounds T counts from the start.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Profile:
     endpoint_grace_s: float
     # T in checks.md: how long a plugin may take to react (register, re-register, re-serve).
     reaction_s: float
+    # Under a shortened reaction_s: T again, for a process just started, from its start to its first Register.
+    startup_s: float
     sigterm_exit_s: float
     # Observation window for checks that assert something does not happen.
     quiet_window_s: float
@@ -96,6 +103,7 @@ UPSTREAM = Profile(
     prestart_timeout_s=PRESTART_TIMEOUT_S,
     endpoint_grace_s=ENDPOINT_STOP_GRACE_S,
     reaction_s=REREGISTER_BOUND_S,
+    startup_s=REREGISTER_BOUND_S,
     sigterm_exit_s=SIGTERM_EXIT_S,
     quiet_window_s=QUIET_WINDOW_S,
     long_outage_s=REREGISTER_BOUND_S + OUTAGE_MARGIN_S,

@@ -357,7 +357,22 @@ class DRAEnv(DPEnv):
 
     # -- registration ----------------------------------------------------------
 
+    def wait_started(self, since_ns: int = 0) -> bool:
+        """As DPEnv's, for a driver: its start-up ends with a socket in plugins_registry (or, from a real
+        kubelet, which does not log finding one, the registration itself). What follows, GetInfo and the
+        registration, is the driver's reaction to the kubelet and keeps the reaction bound."""
+        if not self._starting_up(since_ns):
+            return False
+        self.timeline.wait_for(
+            lambda e: e.kind == "pluginwatcher.found"
+            or (e.kind == "dra.registered" and e.get("driver") == self.driver),
+            self.profile.startup_s, "a registration socket in plugins_registry", since_ns, abort=self._exit_abort,
+            relevant=(*DRA_KINDS, "pluginwatcher.found"))
+        return True
+
     def wait_dra_registered(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
+        if timeout_s is None:
+            self.wait_started(since_ns)
         return self.timeline.wait_for(
             lambda e: e.kind == "dra.registered" and e.get("driver") == self.driver,
             timeout_s or self.profile.reaction_s, f"a registration of DRA driver {self.driver}",
@@ -365,6 +380,8 @@ class DRAEnv(DPEnv):
 
     def wait_getinfo(self, since_ns: int = 0, timeout_s: float | None = None) -> Event:
         """The fake kubelet's first GetInfo call to any registration socket, answered or not."""
+        if timeout_s is None:
+            self.wait_started(since_ns)
         return self.timeline.wait_for(
             lambda e: e.kind == "pluginwatcher.getinfo", timeout_s or self.profile.reaction_s,
             "a registration socket in plugins_registry answering GetInfo", since_ns,

@@ -75,6 +75,7 @@ def started(env: DPEnv) -> Event:
     env.start_kubelet()
     t = env.now()
     env.start_subject()
+    env.wait_started(t)  # under a shortened bound the start-up has its own (env.py), and T runs from Register
     event = wait_advertised(env, t, "after the plugin started")
     env.measure("registration", event, t)
     return event
