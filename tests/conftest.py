@@ -70,3 +70,32 @@ def control_plane() -> Iterator[Any]:
         yield cp
     finally:
         cp.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The kill matrix in the default run: what changed plus a fixed sample (tests/matrix_sample.py)."""
+    import matrix_sample
+
+    if matrix_sample.full():
+        return
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        behaviour = params.get("defect") or params.get("behaviour")
+        if getattr(item.module, "__name__", "") != "test_kill_matrix" or behaviour is None:
+            keep.append(item)  # every other test, and each reference subject's clean run
+            continue
+        subject = params["subject"]
+        case = item.module.SPECS[subject].defects[behaviour]
+        from harness.spec.checks import CHECK_MODULES, SUITES, catalog
+
+        for package in SUITES.values():
+            catalog(package)  # imports the suites, which fills CHECK_MODULES
+        if matrix_sample.in_sample(subject, behaviour) or \
+                matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], CHECK_MODULES):
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
