@@ -9,10 +9,12 @@ The commands themselves are in commands.py.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
 
+EXIT_OK = 0
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
@@ -26,10 +28,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from harness.run import commands
 
-        return commands.main(argv)
+        code = commands.main(argv)
+        # Written here, not at the interpreter's exit: a pipe's reader that left (`fakelet checks | head`)
+        # is then a broken pipe this function can tell apart, not an "Exception ignored" and exit 120.
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:  # commands.main handles one that comes once it is inside its own try
         print("fakelet: interrupted before anything started", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        return EXIT_OK
 
 
 if __name__ == "__main__":
