@@ -245,6 +245,21 @@ def test_a_build_shows_progress_and_a_cache_hit_prints_nothing(go: str, tmp_path
     assert pinned.getvalue() == ""
 
 
+def test_a_dead_builders_temp_binary_is_removed(go: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                pinned: io.StringIO) -> None:
+    """Before: a run killed during a build left `<binary>.tmp<pid>` (~100 MB for a kubelet) in the cache."""
+    monkeypatch.setenv("FAKELET_CACHE", str(tmp_path / "cache"))
+    module = tiny_module(tmp_path)
+    built = gobuild.build(module, name="tiny")
+    built.unlink()
+    dead = built.with_name(f"{built.name}.tmp4194303")  # above any pid_max: a builder that cannot be alive
+    dead.write_bytes(b"half a binary")
+    live = built.with_name(f"{built.name}.tmp{os.getppid()}")  # alive, and not this builder's own name
+    live.write_bytes(b"another builder's, still writing")
+    assert gobuild.build(module, name="tiny") == built
+    assert not dead.exists() and live.exists()
+
+
 class Announced(io.StringIO):
     """A stream that tells the test when a line containing `text` was written."""
 

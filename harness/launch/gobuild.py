@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import IO
 
 from harness.instruments.progress import Progress, home_relative
+from harness.launch.owners import start_time
+from harness.launch.process import _die_with_parent
 
 BUILD_TIMEOUT_S = 1200  # a cold k8s.io/kubernetes build on 2 cores takes minutes
 WAIT_QUIET_S = 2.0  # another process finishing the same build this soon is not worth a word
@@ -59,8 +61,9 @@ def _go_env(cgo: bool = False) -> dict[str, str]:
 
 def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
     try:
-        proc = subprocess.run([go_binary(), *args], cwd=cwd, env=_go_env(cgo), capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT_S)
+        # Dies with its builder: a fakelet killed outright once left `go build` running, still writing.
+        proc = subprocess.run(_die_with_parent([go_binary(), *args]), cwd=cwd, env=_go_env(cgo),
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         # A RuntimeError like any failed build: every caller turns those into a skip or a one-line error.
         raise RuntimeError(f"go {' '.join(args)} in {cwd} did not finish within {BUILD_TIMEOUT_S}s") from None
@@ -90,8 +93,17 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
         _lock(lock, title)
         if out.is_file() and os.access(out, os.X_OK):
             return out
+        _remove_dead_temps(out)
         with Progress(title, detail=_build_detail(module_dir, package, get, why)):
             return _build_to(out, module_dir, package, get, cgo)
+
+
+def _remove_dead_temps(out: Path) -> None:
+    """Temp binaries of builders that died before renaming theirs (a killed run): each is ~100 MB."""
+    for tmp in out.parent.glob(f"{out.name}.tmp*"):
+        pid = tmp.name.rpartition(".tmp")[2]
+        if pid.isdigit() and start_time(int(pid)) is None:
+            tmp.unlink(missing_ok=True)
 
 
 def _build_detail(module_dir: Path, package: str, get: str | None, why: str) -> str:
