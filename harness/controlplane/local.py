@@ -45,7 +45,7 @@ from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.instruments.progress import Progress
 from harness.launch import gobuild
 from harness.launch.owners import owned_dir
-from harness.launch.process import _die_with_parent
+from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
@@ -193,7 +193,7 @@ class _Server:
         with open(log, "ab") as out:
             out.write(f"--- {' '.join(argv)}\n".encode())
             out.flush()
-            self.proc = subprocess.Popen(_die_with_parent(argv), stdout=out, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen(die_with_parent(argv), stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=cwd, env=env, start_new_session=True)
 
     def exited(self) -> int | None:

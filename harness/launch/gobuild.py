@@ -20,7 +20,7 @@ from typing import IO
 
 from harness.instruments.progress import Progress, home_relative
 from harness.launch.owners import start_time
-from harness.launch.process import _die_with_parent
+from harness.launch.process import die_with_parent
 
 BUILD_TIMEOUT_S = 1200  # a cold k8s.io/kubernetes build on 2 cores takes minutes
 WAIT_QUIET_S = 2.0  # another process finishing the same build this soon is not worth a word
@@ -62,7 +62,7 @@ def _go_env(cgo: bool = False) -> dict[str, str]:
 def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
     try:
         # Dies with its builder: a fakelet killed outright once left `go build` running, still writing.
-        proc = subprocess.run(_die_with_parent([go_binary(), *args]), cwd=cwd, env=_go_env(cgo),
+        proc = subprocess.run(die_with_parent([go_binary(), *args]), cwd=cwd, env=_go_env(cgo),
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         # A RuntimeError like any failed build: every caller turns those into a skip or a one-line error.

@@ -59,17 +59,18 @@ CONTAINER_PRIVATE_DIRS = ("/tmp", "/run", "/var/run", "/var/run/cdi", "/etc/cdi"
 HELPER_DIR = Path(__file__).resolve().parent
 
 
-def _die_with_parent(cmd: list[str]) -> list[str]:
-    """Prefix `setpriv --pdeathsig KILL` so that a hard-killed harness takes the subject down too.
+def die_with_parent(cmd: list[str], sig: str = "KILL") -> list[str]:
+    """Prefix `setpriv --pdeathsig SIGNAL` so that a hard-killed harness takes the subject down too.
 
     The subject runs in its own session, so it misses the terminal's Ctrl-C;
     the harness's teardown stops it, and this is the backstop when there is no
     teardown at all (SIGKILL). setpriv execs, so the pid stays the subject's.
     (A preexec_fn would do the same from Python, but forking a threaded
     process and running Python before exec can deadlock or abort.)
+    TERM instead of KILL lets a child that tears down itself (fakelet's check run) do so.
     """
     setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *cmd] if setpriv else cmd
+    return [setpriv, "--pdeathsig", sig, "--", *cmd] if setpriv else cmd
 
 
 def _helper(script: str) -> list[str]:
@@ -304,7 +305,7 @@ class ProcessLauncher:
                 log.write(f"--- start {self.starts + 1}: {' '.join(self.argv)}\n".encode())
                 offset = log.tell()
             try:
-                proc = subprocess.Popen(_die_with_parent(cmd), env=self.env, stdout=log_w, stderr=subprocess.STDOUT,
+                proc = subprocess.Popen(die_with_parent(cmd), env=self.env, stdout=log_w, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, cwd=self.cwd, start_new_session=True,
                                         pass_fds=(report_w,) if report_w is not None else ())
             except OSError as err:

@@ -41,6 +41,7 @@ from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import OWNER_FILE, owned_dir
 from harness.launch.owners import PREFIX as OWNED_PREFIX
+from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
@@ -379,8 +380,8 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
         # If fakelet itself is killed outright, the check run gets SIGTERM and tears down.
         # Its own process group, so that an interrupt reaches its xdist workers at once, not after their checks.
         with _stop.shielded():  # a check run started must be known here, to be stopped
-            proc = subprocess.Popen(die_with_parent([*pytest_argv(args, run, config), "--basetemp", basetemp]),
-                                    stdout=stdout, start_new_session=True)
+            argv = [*pytest_argv(args, run, config), "--basetemp", basetemp]
+            proc = subprocess.Popen(die_with_parent(argv, "TERM"), stdout=stdout, start_new_session=True)
         try:
             _stop.raise_if_requested()
             code = proc.wait()
@@ -396,11 +397,6 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
         raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
                            f"rerun with -v to see its output")
     return report
-
-
-def die_with_parent(cmd: list[str]) -> list[str]:
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 
 
 def stop_check_run(proc: subprocess.Popen[bytes]) -> None:
@@ -492,6 +488,7 @@ def reap_dead_runs() -> None:
 
 
 REPORT_MARK = ".fakelet-report"  # marks a directory fakelet wrote, so a later run may replace it whole
+MARK_TEXT = "written by fakelet; a later run or session replaces this directory whole\n"
 
 
 def check_out(value: str) -> Path:
@@ -527,7 +524,7 @@ def fresh_out(out: Path) -> None:
     if out.is_dir() and is_report_dir(out):
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_MARK).write_text("written by fakelet; a later run or session replaces this directory whole\n")
+    (out / REPORT_MARK).write_text(MARK_TEXT)
 
 
 def staging_dir(out: Path) -> Path:
@@ -539,7 +536,7 @@ def staging_dir(out: Path) -> Path:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(stage, 0o777 & ~umask)  # a report is for sharing (CI artifacts): the user's usual mode, not 0700
-    (stage / REPORT_MARK).write_text("written by fakelet run; a later run replaces this directory whole\n")
+    (stage / REPORT_MARK).write_text(MARK_TEXT)
     return stage
 
 

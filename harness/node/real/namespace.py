@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from harness.launch.process import _die_with_parent, _helper, unshare_prefix
+from harness.launch.process import _helper, die_with_parent, unshare_prefix
 
 READY_TIMEOUT_S = 10.0  # nsinit reports in once the mounts are made (milliseconds here)
 CHILD_TIMEOUT_S = 5.0  # nsenter forks its child at once; this bounds finding it
@@ -107,7 +107,7 @@ class NodeNamespace:
         cmd = [*unshare_prefix(mount=True, pid=True), "--", *_helper("nsexec.py"), *args, "--proc", "--init",
                "--report-fd", str(report_w), "--", sleep, "infinity"]
         with open(self.log, "ab") as out:
-            self.holder = subprocess.Popen(_die_with_parent(cmd), stdout=out, stderr=subprocess.STDOUT,
+            self.holder = subprocess.Popen(die_with_parent(cmd), stdout=out, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(report_w,))
         os.close(report_w)
         with os.fdopen(report_r, "rb") as reports:
