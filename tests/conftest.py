@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -87,15 +88,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         subject = params["subject"]
         case = item.module.SPECS[subject].defects[behaviour]
-        from harness.spec.checks import CHECK_MODULES, SUITES, catalog
-
-        for package in SUITES.values():
-            catalog(package)  # imports the suites, which fills CHECK_MODULES
         if matrix_sample.in_sample(subject, behaviour) or \
-                matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], CHECK_MODULES):
+                matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules()):
             keep.append(item)
         else:
             drop.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@functools.cache
+def _check_modules() -> dict[str, str]:
+    """Check ID -> the suites module that defines it (importing every suite fills the catalog's map)."""
+    from harness.spec.checks import CHECK_MODULES, SUITES, catalog
+
+    for package in SUITES.values():
+        catalog(package)
+    return CHECK_MODULES
