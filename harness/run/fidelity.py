@@ -1,8 +1,8 @@
 """`fakelet fidelity`: the same checks on the fake kubelet and on the real one, side by side.
 
-For each target (a subject, as a mutant or not) it runs every check that can run
-on a real kubelet (`checks.REAL_KUBELET`, the DP-NODE family) twice, once on
-each kubelet, and writes a table: check x target x {fake, real} verdicts, with
+For each target (a subject, as a mutant or not) it runs the device-plugin checks
+twice, once on each kubelet (the real one through the relay, harness/node/relay),
+and writes a table: check x target x {fake, real} verdicts, with
 the reaction times each kubelet's run measured. A verdict that differs is a
 *fidelity gap* unless fixtures/fidelity.yaml lists it as a known, explained
 limitation of the fake; an unexplained gap makes the command exit 1.
@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.runconfig import RunConfig
-from harness.spec.checks import REAL_KUBELET, catalog
+from harness.spec.checks import catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
 from reports.model import NOT_EXERCISED, SKIP, SubjectReport
 
 DEFAULT_TARGETS = "fidelity.yaml"  # under fixtures/
 NODES = ("fake", "real")
-TARGET_FIELDS = {"subject", "defect"}
+TARGET_FIELDS = {"subject", "defect", "checks"}
 KNOWN_FIELDS = {"subject", "defect", "check", "fake", "real", "why"}
 UNEXERCISED = {NOT_EXERCISED, SKIP}  # nothing to compare: the table says why
 
@@ -38,6 +38,15 @@ UNEXERCISED = {NOT_EXERCISED, SKIP}  # nothing to compare: the table says why
 class Target:
     subject: str
     defect: str | None = None
+    # The checks to run on both kubelets; None: every device-plugin check, or a mutant's kills (the checks
+    # that must catch it; the kill matrix runs the rest).
+    checks: tuple[str, ...] | None = None
+
+    def __eq__(self, other: object) -> bool:  # a known gap names a target by subject and defect alone
+        return isinstance(other, Target) and (self.subject, self.defect) == (other.subject, other.defect)
+
+    def __hash__(self) -> int:
+        return hash((self.subject, self.defect))
 
     @property
     def name(self) -> str:
@@ -116,8 +125,9 @@ def load_targets(path: Path) -> tuple[list[Target], list[Known]]:
     data = doc.data if isinstance(doc.data, dict) else {}
     targets, known = [], []
     for n, item in enumerate(data.get("targets") or []):
-        f = _fields(item, TARGET_FIELDS, f"{path}: targets[{n}]")
-        targets.append(Target(f["subject"], f.get("defect")))
+        where = f"{path}: targets[{n}]"
+        f = _fields(item, TARGET_FIELDS, where)
+        targets.append(Target(f["subject"], f.get("defect"), _checks(f.get("checks"), f"{where}.checks")))
     for n, item in enumerate(data.get("known") or []):
         where = f"{path}: known[{n}]"
         f = _fields(item, KNOWN_FIELDS, where)
@@ -130,13 +140,36 @@ def load_targets(path: Path) -> tuple[list[Target], list[Known]]:
     return targets, known
 
 
+def _checks(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    known = set(node_checks())
+    if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
+        raise ProfileError(f"{where}: a list of check IDs")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ProfileError(f"{where}: unknown check(s) {unknown}; the device-plugin checks are DP-*")
+    return tuple(value)
+
+
 def default_targets_file() -> Path:
     return fixtures_dir() / DEFAULT_TARGETS
 
 
 def node_checks() -> list[str]:
-    catalog("suites.dp")
-    return sorted(REAL_KUBELET)
+    """Every device-plugin check: the real kubelet runs each through the relay (one that needs a fault only the
+    fake injects says so, not exercised)."""
+    return sorted(catalog("suites.dp"))
+
+
+def target_checks(target: Target) -> list[str]:
+    if target.checks is not None:
+        return list(target.checks)
+    if is_mutant(target):
+        assert target.defect is not None
+        kills = load_subject(target.subject).defects[target.defect].kills
+        return sorted(set(kills) & set(node_checks()))
+    return node_checks()
 
 
 def is_mutant(target: Target) -> bool:
@@ -154,7 +187,7 @@ def build_runs(target: Target, args: argparse.Namespace, out: Path) -> dict[str,
     reacts costs seconds; the reference and benign behaviours under the kubelet's own bounds."""
     bound = args.mutant_bound if is_mutant(target) else None
     return {node: RunConfig.build(subject=target.subject, defect=target.defect, profile=args.profile,
-                                  seed=args.seed, checks=node_checks(), out=str(out / target.slug / node),
+                                  seed=args.seed, checks=target_checks(target), out=str(out / target.slug / node),
                                   node=node, reaction_bound=bound)
             for node in NODES}
 
@@ -162,7 +195,7 @@ def build_runs(target: Target, args: argparse.Namespace, out: Path) -> dict[str,
 def compare(target: Target, reports: dict[str, SubjectReport], known: list[Known]) -> list[Row]:
     by_node = {node: {c.id: c for c in r.checks} for node, r in reports.items()}
     rows = []
-    for check_id in node_checks():
+    for check_id in target_checks(target):
         fake, real = by_node["fake"].get(check_id), by_node["real"].get(check_id)
         row = Row(target, check_id, fake.verdict if fake else "missing", real.verdict if real else "missing",
                   dict(fake.measured) if fake else {}, dict(real.measured) if real else {})

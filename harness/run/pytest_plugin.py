@@ -34,11 +34,10 @@ from harness.controlplane.client import KubeClient
 from harness.instruments import progress
 from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
-from harness.node.real.localnode import NodeAccess
+from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run.stopping import StopSignals
 from harness.spec.checks import (
-    FAKE_ONLY_REASON,
     KIND_REASON,
     NOT_APPLICABLE,
     NOT_EXERCISED,
@@ -223,8 +222,8 @@ class Collector:
 
     def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> NodeAccess:
         """Where the real kubelet joins, or end the check: not exercised there, or skipped with why not."""
-        if mark is None or not mark.kwargs.get("real_kubelet"):
-            not_exercised(FAKE_ONLY_REASON)
+        # Every device-plugin check runs there, through the relay (harness/node/relay); one that needs a
+        # fault only the fake kubelet injects ends as not exercised when it asks for it (NotOnRealKubelet).
         why = realnode_unavailable()
         if why:
             pytest.skip(f"real kubelet: {why}")
@@ -326,6 +325,14 @@ class Collector:
         keep = [i for i in items if (m := _marker(i)) and m.kwargs["id"] in wanted]
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> Any:
+        """A check that asked the real kubelet for what only the fake can do ends as not exercised there."""
+        try:
+            return (yield)
+        except NotOnRealKubelet as err:
+            not_exercised(f"on the real kubelet: {err}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:

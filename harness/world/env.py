@@ -784,6 +784,16 @@ class DPEnv:
     def now(self) -> int:
         return self.timeline.now()
 
+    @staticmethod
+    def allocatable_in(event: Event, resource: str) -> int | None:
+        """The allocatable count of `resource` an event reports: the fake kubelet's device change
+        (`kubelet.devices`) or a real kubelet's Node status (`node.status`); None for any other event."""
+        if event.kind == "kubelet.devices" and event.get("resource") == resource:
+            return event.get("allocatable")
+        if event.kind == "node.status":
+            return ((event.get("resources") or {}).get(resource) or {}).get("allocatable")
+        return None
+
     def at(self, event: Event) -> str:
         """When an event happened, relative to the start of this check."""
         return f"+{(event.t_ns - self.timeline.origin_ns) / 1e9:.3f}s"

@@ -283,13 +283,13 @@ def test_no_healthy_gpu_without_nvml(dp_env: DPEnv) -> None:
     resource = env.spec.resource
     # Until the plugin advertises healthy capacity (the bug), gives up (exits), or T passes.
     first = env.timeline.wait_quiet(
-        lambda e: (e.kind == "kubelet.devices" and e.get("resource") == resource and (e.get("allocatable") or 0) > 0)
-        or (e.kind == "process.exit" and env.is_mine(e)), env.profile.reaction_s, since)
+        lambda e: (env.allocatable_in(e, resource) or 0) > 0 or (e.kind == "process.exit" and env.is_mine(e)),
+        env.profile.reaction_s, since)
     if not nvml.reads("init"):
         not_exercised(f"the plugin never initialized NVML (its NVML calls: {nvml.summary() or 'none'})")
-    advertised = first is not None and first.kind == "kubelet.devices"
+    advertised = env.allocatable_in(first, resource) if first is not None else None
     expect(not advertised, f"no healthy {resource} on the Node while nvmlInit fails (NVML_ERROR_DRIVER_NOT_LOADED)",
-           f"allocatable {first.get('allocatable') if first else ''} at {env.at(first) if first else ''}")
+           f"allocatable {advertised} at {env.at(first) if first else ''}")
 
 
 @check("DP-HLT-09", SHOULD, "while the Level-Zero sidecar is down, no GPU stays advertised Healthy; once it is back, "

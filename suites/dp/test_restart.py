@@ -15,8 +15,10 @@ CAUSE_KINDS = (*REGISTRATION_KINDS, "kubelet.stream_end", "process.main_exit", "
 
 
 def instance(env: DPEnv) -> int:
-    assert env.node.manager is not None
-    return env.node.manager.instance
+    """The running kubelet's instance number (either kubelet counts its starts)."""
+    number = env.node.instance
+    assert number is not None
+    return number
 
 
 @check("DP-RST-01", MUST, "after a kubelet restart it re-registers within T with the same resource and devices")

@@ -5,10 +5,12 @@ containerd run in a namespace of their own (namespace.py) where:
 
 - /var/lib/kubelet, /var/lib/containerd, /run/containerd and /var/log/{pods,containers}
   are private tmpfs mounts, so the host's are never touched;
-- the sandbox's device-plugins, plugins_registry and plugins dirs are bound at
-  /var/lib/kubelet/..., so the plugin (which sees the same sandbox dirs) and the
-  kubelet share one socket directory: the kubelet's own socket deletion on start
-  is the real one;
+- the kubelet's device-plugins directory is one of its own, bound at
+  /var/lib/kubelet/device-plugins, and the relay (harness/node/relay/dp.py) keeps it
+  and the plugin's (the sandbox's) as one: the kubelet's own socket deletion on start
+  is the real one and reaches the plugin, and every call on the wire is recorded;
+- the sandbox's plugins_registry and plugins dirs are bound at /var/lib/kubelet/...,
+  shared by the DRA driver and the kubelet;
 - the kubelet's PodResources socket is bound out to the sandbox, for the harness.
 
 `LocalShell` is that node's shell (cluster.py's `NodeShell`): local processes in
@@ -46,6 +48,7 @@ from harness.node.real.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups,
 from harness.node.real.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
 from harness.node.real.namespace import Daemon, NamespaceError, NodeNamespace
 from harness.node.real.releases import REAL_KUBELET_MODULES
+from harness.node.relay.dp import DevicePluginRelay
 from harness.spec.profiles import Profile
 
 __all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubelet", "RealNodeUnavailable",
@@ -57,6 +60,7 @@ HOST_KUBELET_ROOT = "/var/lib/kubelet"  # kubelet --root-dir default; device-plu
 # naming /tmp/<device> in its own private /tmp, as the upstream sample plugin's does) in the node's.
 PRIVATE_DIRS = ["/var/lib/kubelet", "/var/lib/containerd", "/run/containerd", "/var/log/pods",
                 "/var/log/containers", "/tmp"]
+RELAY_MIRROR_TIMEOUT_S = 5.0  # the kubelet's new kubelet.sock to appear in the plugin's directory (ms here)
 RUNTIME_READY_TIMEOUT_S = 30.0  # containerd to answer `ctr version` (about 1 s here)
 CTR_TIMEOUT_S = 30.0  # one ctr call (an image import included)
 KUBELET_STOP_GRACE_S = 10.0
@@ -71,6 +75,9 @@ LOG_EVENTS = (
     # cm/devicemanager/plugin/v1beta1/handler.go connectClient (V(2)): the kubelet dialed the plugin and
     # called GetDevicePluginOptions, so the registration is accepted
     (re.compile(r'"Connected to new client" resource="(?P<resource>[^"]+)"'), "kubelet.connected"),
+    # cm/devicemanager/manager.go Start(): the checkpoint did not read back (DP-ROB-02)
+    (re.compile(r'"Continue after failing to read checkpoint file[^"]*"(?P<error>.*)'),
+     "kubelet.checkpoint_unreadable"),
     # cm/dra/plugin/dra_plugin_manager.go: the driver's gRPC connection is up (it registered)
     (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*connected=true'), "dra.registered"),
 )
@@ -121,6 +128,8 @@ class LocalShell:
         self.release = release
         self.workdir = sandbox.path / "node"
         self.podres_dir = self.workdir / "pod-resources"
+        self.kubelet_plugin_dir = self.workdir / "device-plugins"  # the kubelet's; the relay joins it to the plugin's
+        self.relay: DevicePluginRelay | None = None
         self.runtime_socket = self.workdir / "containerd.sock"
         # The owner tag lets the next run remove what a SIGKILLed one left (reap_cgroups).
         self.cgroup_root = f"/{CGROUP_PREFIX}{owner_tag()}-{secrets.token_hex(3)}"
@@ -128,13 +137,15 @@ class LocalShell:
         self.containerd: Daemon | None = None
         self.kubelet: Daemon | None = None
         self.starts = 0
+        self._start_ns = 0  # when the running kubelet was started (timeline time)
         self.kubelet_binary: Path | None = None
         self.kubelet_version: str | None = None
         self.pod_image = image.IMAGE_REF
 
     @property
     def kubelet_socket(self) -> Path:
-        return self.sandbox.plugin_dir / "kubelet.sock"
+        """The kubelet's own kubelet.sock (the plugin's directory has the relay's)."""
+        return self.kubelet_plugin_dir / "kubelet.sock"
 
     @property
     def pod_resources_socket(self) -> Path:
@@ -158,7 +169,8 @@ class LocalShell:
         reap_cgroups()
         self.workdir.mkdir(mode=0o700, exist_ok=True)
         self.podres_dir.mkdir(mode=0o750, exist_ok=True)
-        binds = {str(self.sandbox.plugin_dir): f"{HOST_KUBELET_ROOT}/device-plugins",
+        self.kubelet_plugin_dir.mkdir(mode=0o750, exist_ok=True)
+        binds = {str(self.kubelet_plugin_dir): f"{HOST_KUBELET_ROOT}/device-plugins",
                  str(self.sandbox.registry_dir): f"{HOST_KUBELET_ROOT}/plugins_registry",
                  str(self.sandbox.plugins_dir): f"{HOST_KUBELET_ROOT}/plugins",
                  str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
@@ -169,6 +181,8 @@ class LocalShell:
             self.namespace = NodeNamespace(binds, PRIVATE_DIRS, [HOST_KUBELET_ROOT],
                                            self.workdir / "namespace.log", keep=keep).start()
             self._start_runtime()
+            self.relay = DevicePluginRelay(self.timeline, self.sandbox.plugin_dir, self.kubelet_plugin_dir,
+                                           self.workdir / "relay", lambda: self.starts).start()
         except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
             self.close()
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
@@ -212,7 +226,8 @@ class LocalShell:
         self.starts += 1
         # Watched before the kubelet runs: its start deletes every socket there, then serves a new kubelet.sock.
         with INotify() as inotify:
-            inotify.add_watch(self.sandbox.plugin_dir, IN.CREATE | IN.MOVED_TO)
+            inotify.add_watch(self.kubelet_plugin_dir, IN.CREATE | IN.MOVED_TO)
+            self._start_ns = self.timeline.now()
             self.kubelet = self.namespace.enter("kubelet", [
                 str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
                 "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
@@ -236,8 +251,17 @@ class LocalShell:
             # inotify's own timeout, in milliseconds; a short one so that an exit is noticed too.
             events = inotify.read(timeout=int(min(remaining, EXIT_CHECK_S) * 1000))
             if any(e.name == "kubelet.sock" for e in events):
+                self._wait_mirrored()
                 self.timeline.record("kubelet.serving", "kubelet", instance=self.starts, real=True)
                 return
+
+    def _wait_mirrored(self) -> None:
+        """The kubelet serves once the plugin's directory has the relay's kubelet.sock too."""
+        if self.relay is None:
+            return
+        self.timeline.wait_for(
+            lambda e: e.kind == "relay.mirror" and e.get("name") == "kubelet.sock" and e.get("what") == "created",
+            RELAY_MIRROR_TIMEOUT_S, "the relay to give the plugin the kubelet's new kubelet.sock", self._start_ns)
 
     def _on_log(self, line: str) -> None:
         """The real kubelet's own word for what the fake kubelet records of registrations."""
@@ -250,6 +274,8 @@ class LocalShell:
     def _watch_exit(self, kubelet: Daemon, instance: int) -> None:
         """A kubelet that exits on its own is on the timeline with its last words: waits end on it."""
         code = kubelet.outer.wait()
+        if self.relay is not None and (self.kubelet is None or kubelet is self.kubelet):
+            self.relay.kubelet_stopped()
         if kubelet is self.kubelet:
             self.timeline.record("kubelet.exit", "kubelet", instance=instance, real=True, returncode=code,
                                  log=self.kubelet_log_tail(8))
@@ -259,12 +285,17 @@ class LocalShell:
         if kubelet is None:
             return
         code = kubelet.stop(grace_s=KUBELET_STOP_GRACE_S)
+        if self.relay is not None:
+            self.relay.kubelet_stopped()
         if remove_socket:
             self.kubelet_socket.unlink(missing_ok=True)
         self.timeline.record("kubelet.stop", "kubelet", instance=self.starts, real=True, returncode=code)
 
     def close(self) -> None:
         self.stop_kubelet()
+        if self.relay is not None:
+            self.relay.close()
+            self.relay = None
         if self.containerd is not None:
             self.containerd.stop()
             self.containerd = None

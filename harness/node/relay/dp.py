@@ -1,0 +1,395 @@
+"""The device-plugin relay: fakelet on the wire between any kubelet and a device plugin, recording both sides.
+
+The plugin and the kubelet each get a device-plugins directory of their own; the relay makes them one:
+
+- every socket the plugin creates in its directory appears, at the same name, in the kubelet's, served by the
+  relay and forwarding to the plugin's; the plugin deleting its socket deletes the kubelet's copy, and the
+  kubelet deleting a socket (its start deletes every one) deletes the plugin's;
+- while the kubelet's `kubelet.sock` exists the plugin's directory has one too, served by the relay and
+  forwarding Register to the kubelet's; the kubelet's files (its checkpoint) are copied across.
+
+So endpoint names need no rewriting, and the plugin sees what it would see on a direct connection, later by
+the relay's latency. Everything that crosses is put on the timeline with the event kinds the fake kubelet
+writes (`kubelet.register_received`, `kubelet.register`, `kubelet.dial`, `grpc.call`, `grpc.stream_open`,
+`grpc.stream_msg`, `kubelet.stream_end`), marked `relay=True`, so the checks read either kubelet alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES
+from harness.instruments.interceptors import to_dict
+from harness.instruments.timeline import Timeline
+from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join
+from harness.kubelet.endpoint import _ids as endpoint_ids
+from harness.node.relay.forward import (
+    Method,
+    MethodTable,
+    Outcome,
+    decode,
+    forward_stream,
+    forward_unary,
+    raw_channel,
+    raw_server,
+)
+from harness.node.relay.mirror import CREATED, DELETED, DirMirror
+from harness.wire import dp
+
+PLUGIN, KUBELET = "plugin", "kubelet"
+PROBE_TIMEOUT_S = 1.0  # the bare connect that says whether the endpoint listened when Register arrived
+SERVER_STOP_S = 5.0
+REGISTER = Method("v1beta1.Registration", "Register", dp.RegisterRequest, dp.Empty)
+DEVICE_PLUGIN = [
+    Method("v1beta1.DevicePlugin", "GetDevicePluginOptions", dp.Empty, dp.DevicePluginOptions),
+    Method("v1beta1.DevicePlugin", "ListAndWatch", dp.Empty, dp.ListAndWatchResponse, streams=True),
+    Method("v1beta1.DevicePlugin", "GetPreferredAllocation", dp.PreferredAllocationRequest,
+           dp.PreferredAllocationResponse),
+    Method("v1beta1.DevicePlugin", "Allocate", dp.AllocateRequest, dp.AllocateResponse),
+    Method("v1beta1.DevicePlugin", "PreStartContainer", dp.PreStartContainerRequest, dp.PreStartContainerResponse),
+]
+
+
+def is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def probe(path: str) -> dict[str, Any]:
+    """Whether something listens at `path` now: a bare connect, as the fake kubelet's DP-REG-01 probe."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(PROBE_TIMEOUT_S)
+    try:
+        sock.connect(path)
+        return {"ok": True}
+    except OSError as err:
+        return {"ok": False, "error": f"connect {path}: {err.strerror or err}"}
+    finally:
+        sock.close()
+
+
+@dataclass
+class _Pending:
+    """A Register on its way through: what the kubelet's calls inside it showed."""
+
+    endpoint_id: int
+    options_call: dict[str, Any] | None = None
+    served_options: dict[str, Any] | None = None
+
+
+@dataclass
+class _Endpoint:
+    """The relay's socket for one plugin socket name, in the kubelet's directory."""
+
+    name: str
+    server: grpc.Server
+    channel: grpc.Channel
+    endpoint_id: int = 0  # the registration the kubelet's calls belong to (the latest through this name)
+    resource: str = ""
+    pending: _Pending | None = None
+    dialed_for: set[int] = field(default_factory=set)  # registrations whose dial is recorded
+
+
+class DevicePluginRelay:
+    """The relay for one plugin directory and one kubelet directory (see the module's docstring)."""
+
+    def __init__(self, timeline: Timeline, plugin_dir: Path, kubelet_dir: Path, state_dir: Path,
+                 kubelet_instance: Callable[[], int]) -> None:
+        self.timeline, self.plugin_dir, self.kubelet_dir = timeline, Path(plugin_dir), Path(kubelet_dir)
+        self.state_dir, self.kubelet_instance = Path(state_dir), kubelet_instance
+        self._lock = threading.RLock()
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._retired: list[grpc.Server] = []  # still serving calls in flight; stopped at close
+        self._channels: list[grpc.Channel] = []
+        self._registration: grpc.Server | None = None
+        self._kubelet_channel: grpc.Channel | None = None
+        self._copies: set[str] = set()  # the kubelet's files copied to the plugin's directory
+        self._calls = itertools.count(1)
+        self._serial = itertools.count(1)
+        self._closed = False
+        self.mirror: DirMirror | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> DevicePluginRelay:
+        for path in (self.plugin_dir, self.kubelet_dir, self.state_dir):
+            path.mkdir(parents=True, exist_ok=True)
+        self.mirror = DirMirror({PLUGIN: self.plugin_dir, KUBELET: self.kubelet_dir}, self._on_change).start()
+        with self._lock:
+            for entry in sorted(os.scandir(self.plugin_dir), key=lambda e: e.name):
+                if entry.name != KUBELET_SOCKET and is_socket(Path(entry.path)):
+                    self._open_endpoint(entry.name)
+            if is_socket(self.kubelet_dir / KUBELET_SOCKET):
+                self._serve_registration()
+        self.timeline.record("relay.start", "relay", relays="device-plugin", plugin_dir=str(self.plugin_dir),
+                             kubelet_dir=str(self.kubelet_dir))
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.mirror is not None:
+            self.mirror.stop()  # outside the lock: its thread may be waiting for it, to find the relay closed
+        with self._lock:
+            servers = [e.server for e in self._endpoints.values()] + self._retired
+            servers += [self._registration] if self._registration is not None else []
+            for name in list(self._endpoints):
+                (self.kubelet_dir / name).unlink(missing_ok=True)
+            self._endpoints.clear()
+            self._registration = None
+        for server in servers:
+            server.stop(grace=0).wait(SERVER_STOP_S)
+        for channel in self._channels:
+            channel.close()
+        self.timeline.record("relay.stop", "relay", relays="device-plugin")
+
+    def kubelet_stopped(self) -> None:
+        """The kubelet process is gone: the plugin's kubelet.sock stays, and refuses connections, as the dead
+        kubelet's does."""
+        with self._lock:
+            server, self._registration = self._registration, None
+        if server is not None:
+            server.stop(grace=0).wait(SERVER_STOP_S)
+
+    # -- the two directories as one -------------------------------------------------------------------
+
+    def _on_change(self, side: str, name: str, what: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if side == PLUGIN:
+                self._plugin_changed(name, what)
+            else:
+                self._kubelet_changed(name, what)
+
+    def _plugin_changed(self, name: str, what: str) -> None:
+        if name == KUBELET_SOCKET or name in self._copies:
+            return  # the plugin's view of the kubelet's own files: the relay keeps those
+        if what == CREATED and is_socket(self.plugin_dir / name):
+            if name not in self._endpoints:
+                self._open_endpoint(name)
+        elif what == DELETED and name in self._endpoints:
+            self._drop_endpoint(name, KUBELET, "the plugin deleted its socket")
+
+    def _kubelet_changed(self, name: str, what: str) -> None:
+        if name == KUBELET_SOCKET:
+            if what == CREATED and is_socket(self.kubelet_dir / name):
+                self._serve_registration()
+            elif what == DELETED:
+                self._stop_registration(unlink=True)
+            return
+        if name in self._endpoints and what == DELETED:
+            self._drop_endpoint(name, PLUGIN, "the kubelet deleted the socket")
+        elif what == DELETED and name in self._copies:
+            self._copies.discard(name)
+            self._unlink(PLUGIN, name)
+        elif what != DELETED and not name.startswith(".") and name not in self._endpoints:
+            self._copy_file(name)
+
+    def _unlink(self, side: str, name: str) -> None:
+        directory = self.plugin_dir if side == PLUGIN else self.kubelet_dir
+        if os.path.lexists(directory / name):
+            assert self.mirror is not None
+            self.mirror.expect_echo(side, name, DELETED)
+            try:
+                (directory / name).unlink()
+            except FileNotFoundError:
+                pass
+
+    def _link(self, private: Path, side: str, name: str) -> None:
+        """Put a socket bound at `private` into place at `name`: it appears at once, already listening, and
+        stays (a dead socket file, as the kubelet's own) when its server stops."""
+        directory = self.plugin_dir if side == PLUGIN else self.kubelet_dir
+        self._unlink(side, name)
+        assert self.mirror is not None
+        self.mirror.expect_echo(side, name, CREATED)
+        os.link(private, directory / name)
+        private.unlink()
+
+    def _copy_file(self, name: str) -> None:
+        source = self.kubelet_dir / name
+        try:
+            if not stat.S_ISREG(os.lstat(source).st_mode):
+                return
+            staged = self.state_dir / f"copy-{next(self._serial)}"
+            shutil.copyfile(source, staged)
+        except OSError:
+            return  # gone again already: its deletion follows
+        assert self.mirror is not None
+        self.mirror.expect_echo(PLUGIN, name, CREATED)
+        os.replace(staged, self.plugin_dir / name)
+        self._copies.add(name)
+        self.timeline.record("relay.mirror", "relay", name=name, what="copied", side=PLUGIN)
+
+    # -- the kubelet's registration socket, in the plugin's directory ---------------------------------
+
+    def _serve_registration(self) -> None:
+        self._stop_registration(unlink=False)
+        channel = raw_channel(str(self.kubelet_dir / KUBELET_SOCKET))
+        self._channels.append(channel)
+        server = raw_server(MethodTable([REGISTER], lambda m, raw, ctx: self._register(channel, raw, ctx),
+                                        self._no_stream), "relay-reg")
+        private = self.state_dir / f"kubelet-{next(self._serial)}.sock"
+        server.add_insecure_port(f"unix://{private}")
+        server.start()
+        self._link(private, PLUGIN, KUBELET_SOCKET)
+        self._registration, self._kubelet_channel = server, channel
+        self.timeline.record("relay.mirror", "relay", name=KUBELET_SOCKET, what="created", side=PLUGIN)
+
+    def _stop_registration(self, unlink: bool) -> None:
+        server, self._registration = self._registration, None
+        if server is not None:
+            self._retired.append(server)
+            server.stop(grace=0)
+        if unlink:
+            self._unlink(PLUGIN, KUBELET_SOCKET)
+            self.timeline.record("relay.mirror", "relay", name=KUBELET_SOCKET, what="deleted", side=PLUGIN)
+
+    @staticmethod
+    def _no_stream(method: Method, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method.path}")
+        yield b""  # pragma: no cover - abort raises
+
+    def _register(self, channel: grpc.Channel, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        call, instance = next(self._calls), self.kubelet_instance()
+        request = decode(dp.RegisterRequest, raw) or dp.RegisterRequest()
+        base: dict[str, Any] = {"instance": instance, "call": call, "relay": True}
+        if len(raw) > KUBELET_MAX_RECV_BYTES:
+            # The kubelet refuses it before its handler runs; the record says how large it was.
+            self.timeline.record("kubelet.register_received", "kubelet", bytes=len(raw), **base)
+            done = forward_unary(channel, REGISTER, raw, context)
+            self.timeline.record("kubelet.register", "kubelet", accepted=False, error=done.outcome,
+                                 resource=request.resource_name[:100] + "…", endpoint=request.endpoint[:100],
+                                 version=request.version[:100], bytes=len(raw), **base)
+            return self._answer(done, context)
+        self.timeline.record("kubelet.register_received", "kubelet", resource=request.resource_name,
+                             endpoint=request.endpoint, **base)
+        event = {**base, "resource": request.resource_name, "version": request.version,
+                 "endpoint": request.endpoint, "options": to_dict(request.options),
+                 "probe": probe(go_join(str(self.plugin_dir), request.endpoint))}
+        pending = _Pending(next(endpoint_ids))
+        with self._lock:
+            endpoint = self._endpoints.get(request.endpoint)
+            if endpoint is not None:
+                endpoint.endpoint_id, endpoint.pending = pending.endpoint_id, pending
+                endpoint.resource = request.resource_name
+        done = forward_unary(channel, REGISTER, raw, context)
+        with self._lock:
+            if endpoint is not None and endpoint.pending is pending:
+                endpoint.pending = None
+        accepted = done.outcome == "OK"
+        if pending.options_call is not None:
+            event["options_call"] = pending.options_call
+        if accepted:
+            event.update(served_options=pending.served_options or {}, endpoint_id=pending.endpoint_id)
+        else:
+            event["error"] = context_details(done)
+        self.timeline.record("kubelet.register", "kubelet", accepted=accepted, **event)
+        return self._answer(done, context)
+
+    @staticmethod
+    def _answer(done: Outcome, context: grpc.ServicerContext) -> bytes:
+        if done.outcome != "OK" and not done.cancelled_by_caller:
+            code = context.code() if hasattr(context, "code") else None
+            context.abort(code or grpc.StatusCode.UNKNOWN, context_details(done))
+        return done.response or b""
+
+    # -- the plugin's sockets, in the kubelet's directory ---------------------------------------------
+
+    def _open_endpoint(self, name: str) -> None:
+        channel = raw_channel(str(self.plugin_dir / name))
+        self._channels.append(channel)
+        holder: dict[str, _Endpoint] = {}
+        table = MethodTable(DEVICE_PLUGIN,
+                            lambda m, raw, ctx: self._unary(holder["ep"], m, raw, ctx),
+                            lambda m, raw, ctx: self._stream(holder["ep"], m, raw, ctx))
+        server = raw_server(table, "relay-dp")
+        private = self.state_dir / f"endpoint-{next(self._serial)}.sock"
+        server.add_insecure_port(f"unix://{private}")
+        server.start()
+        holder["ep"] = endpoint = _Endpoint(name, server, channel)
+        self._link(private, KUBELET, name)
+        self._endpoints[name] = endpoint
+        self.timeline.record("relay.mirror", "relay", name=name, what="created", side=KUBELET)
+
+    def _drop_endpoint(self, name: str, side: str, why: str) -> None:
+        endpoint = self._endpoints.pop(name)
+        # Calls in flight (the kubelet's ListAndWatch) go on until their far side ends them.
+        self._retired.append(endpoint.server)
+        if side == PLUGIN and not is_socket(self.plugin_dir / name):
+            return
+        self._unlink(side, name)
+        self.timeline.record("relay.mirror", "relay", name=name, what="deleted", side=side, why=why)
+
+    def _record_dial(self, endpoint: _Endpoint, endpoint_id: int, outcome: str) -> None:
+        if endpoint_id in endpoint.dialed_for:
+            return
+        endpoint.dialed_for.add(endpoint_id)
+        self.timeline.record("kubelet.dial", "kubelet", socket=str(self.plugin_dir / endpoint.name),
+                             name=endpoint.name, instance=self.kubelet_instance(), endpoint_id=endpoint_id,
+                             outcome=outcome, relay=True)
+
+    def _unary(self, endpoint: _Endpoint, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        endpoint_id, pending = endpoint.endpoint_id, endpoint.pending
+        done = forward_unary(endpoint.channel, method, raw, context)
+        response = decode(method.response, done.response)
+        self._record_dial(endpoint, endpoint_id, done.outcome)
+        self.timeline.record("grpc.call", "kubelet", side="client", method=method.name,
+                             request=to_dict(decode(method.request, raw)), response=to_dict(response),
+                             outcome=done.outcome, duration_s=done.duration_s, endpoint_id=endpoint_id,
+                             resource=endpoint.resource, relay=True)
+        if method.name == "GetDevicePluginOptions" and pending is not None and pending.options_call is None:
+            ok = done.outcome == "OK"
+            pending.options_call = {"ok": ok, "error": None if ok else done.outcome}
+            pending.served_options = to_dict(response) if ok else None
+        return self._answer(done, context)
+
+    def _stream(self, endpoint: _Endpoint, method: Method, raw: bytes,
+                context: grpc.ServicerContext) -> Iterator[bytes]:
+        endpoint_id, resource = endpoint.endpoint_id, endpoint.resource
+        self._record_dial(endpoint, endpoint_id, "OK")
+        self.timeline.record("grpc.stream_open", "kubelet", side="client", method=method.name,
+                             endpoint_id=endpoint_id, relay=True)
+        done = Outcome()
+
+        def on_message(message: bytes) -> None:
+            self.timeline.record("grpc.stream_msg", "kubelet", side="client", method=method.name,
+                                 endpoint_id=endpoint_id, resource=resource,
+                                 message=to_dict(decode(method.response, message)), bytes=len(message), relay=True)
+
+        try:
+            yield from forward_stream(endpoint.channel, method, raw, context, on_message, done)
+        finally:
+            if done.cancelled_by_caller:
+                reason = "stopped by kubelet"
+            elif done.outcome == "OK":
+                reason = "stream ended by plugin"
+            else:
+                reason = done.outcome
+            self.timeline.record("kubelet.stream_end", "kubelet", instance=self.kubelet_instance(),
+                                 resource=resource, endpoint_id=endpoint_id, reason=reason, relay=True)
+
+
+def context_details(done: Outcome) -> str:
+    """The status details the far side gave (`CODE: details` -> `details`), as the fake kubelet's errors read."""
+    code, _, details = done.outcome.partition(": ")
+    return details if details else code
+
+
+__all__ = ["DevicePluginRelay"]

@@ -1,0 +1,141 @@
+"""The relay between a kubelet and a device plugin (harness/node/relay/dp.py), with the fake kubelet on the
+kubelet's side: what the plugin sees is what a direct connection shows, and the relay's record of the wire
+matches the fake kubelet's own record of it.
+
+The fake kubelet records on a timeline of its own here, the relay on another, so that each record is seen
+apart; the plugin is the in-test plugin of test_devicemanager.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from test_devicemanager import ENDPOINT, PROFILE, RES, WAIT_S, Plugin, is_socket
+
+from harness.instruments.grpcutil import unix_target
+from harness.instruments.timeline import Event, Timeline
+from harness.launch.sandbox import Sandbox
+from harness.node.fake import FakeNode
+from harness.node.relay.dp import DevicePluginRelay
+from harness.wire import dp, dp_grpc
+
+
+class Rig:
+    """A plugin directory, a kubelet directory, the fake kubelet on the latter and the relay between."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.plugin_dir = sandbox.plugin_dir
+        self.kubelet_dir = sandbox.path / "kubelet-device-plugins"
+        self.kubelet_dir.mkdir()
+        self.kubelet_timeline, self.timeline = Timeline(), Timeline()
+        self.node = FakeNode(self.kubelet_dir, sandbox.state_dir, self.kubelet_timeline, PROFILE)
+        self.relay = DevicePluginRelay(self.timeline, self.plugin_dir, self.kubelet_dir, sandbox.path / "relay",
+                                       lambda: self.node.instance or 0)
+        self.plugins: list[Plugin] = []
+
+    def plugin(self, devices: list[tuple[str, str]] | None = None) -> Plugin:
+        plugin = Plugin(self.plugin_dir, ENDPOINT, devices or [("d0", "Healthy"), ("d1", "Healthy")])
+        self.plugins.append(plugin)
+        return plugin.serve()
+
+    def register(self, version: str = "v1beta1", endpoint: str = ENDPOINT) -> None:
+        channel = grpc.insecure_channel(unix_target(str(self.plugin_dir / "kubelet.sock")))
+        try:
+            dp_grpc.RegistrationStub(channel).Register(
+                dp.RegisterRequest(version=version, endpoint=endpoint, resource_name=RES), timeout=WAIT_S * 2)
+        finally:
+            channel.close()
+
+    def wait(self, timeline: Timeline, kind: str, since: int = 0, **data: object) -> Event:
+        return timeline.wait_for(lambda e: e.kind == kind and all(e.get(k) == v for k, v in data.items()),
+                                 WAIT_S, f"{kind} {data}", since)
+
+    def close(self) -> None:
+        for plugin in self.plugins:
+            plugin.stop()
+        self.relay.close()
+        self.node.close()
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    sandbox = Sandbox()
+    made = Rig(sandbox)
+    try:
+        made.node.start_kubelet()
+        made.relay.start()
+        yield made
+    finally:
+        made.close()
+        sandbox.close()
+
+
+def test_the_plugin_sees_the_kubelet_socket_and_registers_through_it(rig: Rig) -> None:
+    assert is_socket(rig.plugin_dir / "kubelet.sock")
+    plugin = rig.plugin()
+    rig.wait(rig.timeline, "relay.mirror", name=ENDPOINT, what="created")
+    assert is_socket(rig.kubelet_dir / ENDPOINT)
+    rig.register()
+    # The fake kubelet on the far side accepted it and listed the plugin's devices.
+    kubelet = rig.wait(rig.kubelet_timeline, "kubelet.register", accepted=True)
+    relayed = rig.wait(rig.timeline, "kubelet.register", accepted=True)
+    for key in ("resource", "version", "endpoint", "options", "served_options"):
+        assert relayed.get(key) == kubelet.get(key), key
+    assert relayed.get("probe") == {"ok": True} and relayed.get("options_call") == {"ok": True, "error": None}
+    message = rig.wait(rig.timeline, "grpc.stream_msg", endpoint_id=relayed.get("endpoint_id"))
+    assert {d["ID"] for d in message.get("message")["devices"]} == {"d0", "d1"}
+    assert rig.wait(rig.timeline, "kubelet.dial", name=ENDPOINT).get("outcome") == "OK"
+    assert [c.method for c in plugin.calls][:2] == ["GetDevicePluginOptions", "ListAndWatch"]
+
+
+def test_a_rejection_reaches_the_plugin_as_the_kubelet_gave_it(rig: Rig) -> None:
+    rig.plugin()
+    with pytest.raises(grpc.RpcError) as info:
+        rig.register(version="v1alpha")
+    kubelet = rig.wait(rig.kubelet_timeline, "kubelet.register", accepted=False)
+    relayed = rig.wait(rig.timeline, "kubelet.register", accepted=False)
+    assert info.value.details() == kubelet.get("error") == relayed.get("error")  # type: ignore[attr-defined]
+
+
+def test_the_kubelets_calls_are_forwarded_and_recorded(rig: Rig) -> None:
+    plugin = rig.plugin()
+    rig.register()
+    rig.wait(rig.kubelet_timeline, "kubelet.devices", why="list")
+    allocated = rig.node.admit_pod("pod-a", {RES: 1})
+    assert allocated[0].device_ids and len(plugin.called("Allocate")) == 1
+    call = rig.wait(rig.timeline, "grpc.call", method="Allocate")
+    assert call.get("outcome") == "OK" and call.get("response")["container_responses"][0]["envs"]["DEVICES"]
+
+
+def test_a_kubelet_restart_deletes_the_plugins_socket_and_brings_a_new_kubelet_sock(rig: Rig) -> None:
+    rig.plugin()
+    rig.register()
+    rig.wait(rig.timeline, "kubelet.register", accepted=True)
+    t = rig.timeline.now()
+    rig.node.restart_kubelet()  # the fake kubelet's start deletes every socket in its directory
+    rig.wait(rig.timeline, "relay.mirror", t, name=ENDPOINT, what="deleted", side="plugin")
+    gone = rig.wait(rig.timeline, "relay.mirror", t, name="kubelet.sock", what="deleted", side="plugin")
+    rig.wait(rig.timeline, "relay.mirror", gone.t_ns, name="kubelet.sock", what="created", side="plugin")
+    assert not os.path.lexists(rig.plugin_dir / ENDPOINT)
+    assert is_socket(rig.plugin_dir / "kubelet.sock")
+
+
+def test_a_stopped_kubelet_leaves_a_socket_that_refuses(rig: Rig) -> None:
+    rig.node.stop_kubelet()
+    rig.relay.kubelet_stopped()
+    assert is_socket(rig.plugin_dir / "kubelet.sock")
+    with pytest.raises(grpc.RpcError) as info:
+        rig.register()
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+
+
+def test_the_kubelets_checkpoint_is_copied_for_the_plugin(rig: Rig) -> None:
+    rig.plugin()
+    rig.register()
+    rig.wait(rig.kubelet_timeline, "kubelet.devices", why="list")
+    rig.wait(rig.timeline, "relay.mirror", name="kubelet_internal_checkpoint", what="copied")
+    copied = (rig.plugin_dir / "kubelet_internal_checkpoint").read_bytes()
+    assert copied and copied == (rig.kubelet_dir / "kubelet_internal_checkpoint").read_bytes()
