@@ -139,3 +139,20 @@ def test_the_kubelets_checkpoint_is_copied_for_the_plugin(rig: Rig) -> None:
     rig.wait(rig.timeline, "relay.mirror", name="kubelet_internal_checkpoint", what="copied")
     copied = (rig.plugin_dir / "kubelet_internal_checkpoint").read_bytes()
     assert copied and copied == (rig.kubelet_dir / "kubelet_internal_checkpoint").read_bytes()
+
+
+def test_a_fault_armed_for_the_next_kubelet_is_applied_on_the_wire(rig: Rig) -> None:
+    """The real node's `arm`: a rejected Register, as the fake kubelet's fault plan gives it, then the real one."""
+    rig.relay.arm().reject("Register", count=1, message="fakelet: rejected once")
+    t = rig.timeline.now()
+    rig.node.restart_kubelet()
+    rig.wait(rig.timeline, "relay.mirror", t, name="kubelet.sock", what="created", side="plugin")
+    rig.plugin()  # after the restart, which deletes every socket in the kubelet's directory, and so the plugin's
+    with pytest.raises(grpc.RpcError) as info:
+        rig.register()
+    assert info.value.details() == "fakelet: rejected once"  # type: ignore[attr-defined]
+    rejected = rig.wait(rig.timeline, "grpc.call", t, method="Register", side="server")
+    assert rejected.get("outcome") == "UNKNOWN: fakelet: rejected once"
+    rig.register()  # the next one reaches the kubelet
+    rig.wait(rig.timeline, "kubelet.register", t, accepted=True)
+    assert rig.kubelet_timeline.find(lambda e: e.kind == "kubelet.register", t) != []

@@ -13,7 +13,6 @@ from pathlib import Path
 import yaml
 
 from harness.config.runconfig import RunConfig
-from harness.spec.checks import REAL_KUBELET
 from harness.spec.subjects import all_subjects
 from reports.model import FAIL, SubjectReport
 
@@ -38,8 +37,8 @@ def write_repros(report: SubjectReport, run: RunConfig, out: Path) -> list[Path]
             **({"subject": run.spec.name} if run.spec.name in bundled else {}),
             **({"defect": run.defect} if run.defect else {}),
             "seed": run.seed,
-            # A real kubelet can judge only the checks written for it (harness/spec/checks.py REAL_KUBELET).
-            "nodes": ["fake", "real"] if check.id in REAL_KUBELET and not run.spec.is_dra else ["fake"],
+            # A real kubelet judges every device-plugin check through the relay (harness/node/relay).
+            "nodes": ["fake"] if run.spec.is_dra else ["fake", "real"],
             "steps": [{"check": check.id}],
         }
         header = (f"# Written by `fakelet run` when {check.id} failed for {run.spec.name}"

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.client import KubeClient
 from harness.controlplane.local import _free_port as free_port
 from harness.controlplane.local import find_kube_binary
+from harness.instruments.faults import FaultPlan
 from harness.instruments.progress import Progress
 from harness.instruments.timeline import Timeline
 from harness.launch.owners import owner_tag
@@ -336,6 +338,21 @@ class LocalShell:
         return "\n".join(text.splitlines()[-lines:])
 
 
+class RelayArm:
+    """What a check's `arm` gets on the real node, in place of the fake kubelet's device manager: its fault plan
+    on the wire (the relay's, for the next kubelet instance). Anything else is the fake kubelet's alone."""
+
+    def __init__(self, faults: FaultPlan) -> None:
+        object.__setattr__(self, "faults", faults)
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotOnRealKubelet(f"the fake kubelet's own {name!r} (a real kubelet's faults are those on the wire: "
+                               "a rejected or held call)")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__getattr__(name)
+
+
 class LocalNode(ClusterNode):
     """The real kubelet on this machine (LocalShell), joined to the run's own API server."""
 
@@ -349,6 +366,27 @@ class LocalNode(ClusterNode):
     @property
     def kubelet_socket(self) -> Path:
         return self.shell.kubelet_socket
+
+    def start_kubelet(self, arm: Callable[..., object] | None = None, **faults: Any) -> None:
+        """As ClusterNode's; `arm` may set faults on the wire (the relay's FaultPlan, as `m.faults`), which the
+        next kubelet instance's registration socket applies."""
+        if arm is None or any(faults.values()):
+            super().start_kubelet(None, **faults)
+            return
+        if self.running:
+            return
+        self.prepare()
+        if self.shell.relay is None:
+            raise NotOnRealKubelet("faults on the wire need the relay, which this node does not run")
+        arm(RelayArm(self.shell.relay.arm()))
+        self.shell.start_kubelet()
+
+    def restart_kubelet(self, arm: Callable[..., object] | None = None, **faults: Any) -> None:
+        if arm is None or any(faults.values()):
+            super().restart_kubelet(None, **faults)
+            return
+        self.stop_kubelet()
+        self.start_kubelet(arm)
 
     @property
     def workdir(self) -> Path:

@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,8 @@ from typing import Any
 
 import grpc
 
-from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES
+from harness.instruments.faults import FaultPlan
+from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, status_of
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
 from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join
@@ -118,6 +120,10 @@ class DevicePluginRelay:
         self._registration: grpc.Server | None = None
         self._kubelet_channel: grpc.Channel | None = None
         self._copies: set[str] = set()  # the kubelet's files copied to the plugin's directory
+        # Faults on the wire, per kubelet instance as the fake kubelet's (a rejected or held Register): the
+        # plan armed for the next kubelet.sock, and the one its registration socket applies.
+        self._next_faults: FaultPlan | None = None
+        self.faults = FaultPlan(timeline, "kubelet")
         self._calls = itertools.count(1)
         self._serial = itertools.count(1)
         self._closed = False
@@ -159,11 +165,18 @@ class DevicePluginRelay:
             channel.close()
         self.timeline.record("relay.stop", "relay", relays="device-plugin")
 
+    def arm(self) -> FaultPlan:
+        """The fault plan of the next kubelet instance's registration socket (armed before it starts)."""
+        with self._lock:
+            self._next_faults = FaultPlan(self.timeline, "kubelet")
+            return self._next_faults
+
     def kubelet_stopped(self) -> None:
         """The kubelet process is gone: the plugin's kubelet.sock stays, and refuses connections, as the dead
-        kubelet's does."""
+        kubelet's does; a Register held on the wire goes on, to the dead socket."""
         with self._lock:
             server, self._registration = self._registration, None
+        self.faults.close()
         if server is not None:
             server.stop(grace=0).wait(SERVER_STOP_S)
 
@@ -241,9 +254,11 @@ class DevicePluginRelay:
 
     def _serve_registration(self) -> None:
         self._stop_registration(unlink=False)
+        self.faults, self._next_faults = self._next_faults or FaultPlan(self.timeline, "kubelet"), None
+        faults = self.faults
         channel = raw_channel(str(self.kubelet_dir / KUBELET_SOCKET))
         self._channels.append(channel)
-        server = raw_server(MethodTable([REGISTER], lambda m, raw, ctx: self._register(channel, raw, ctx),
+        server = raw_server(MethodTable([REGISTER], lambda m, raw, ctx: self._register(channel, faults, raw, ctx),
                                         self._no_stream), "relay-reg")
         private = self.state_dir / f"kubelet-{next(self._serial)}.sock"
         server.add_insecure_port(f"unix://{private}")
@@ -266,9 +281,30 @@ class DevicePluginRelay:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method.path}")
         yield b""  # pragma: no cover - abort raises
 
-    def _register(self, channel: grpc.Channel, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        call, instance = next(self._calls), self.kubelet_instance()
+    def _register(self, channel: grpc.Channel, faults: FaultPlan, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """Register on its way to the kubelet, recorded as the fake kubelet's server records it."""
+        t0 = time.monotonic()
         request = decode(dp.RegisterRequest, raw) or dp.RegisterRequest()
+        try:
+            faults.apply("Register", context)  # a rejection aborts here, as the fake kubelet's interceptor does
+            answer = self._relay_register(channel, request, raw, context)
+        except BaseException as err:
+            details = context.details()
+            text = details.decode(errors="replace") if isinstance(details, bytes) else details
+            outcome = f"{context.code().name}: {text}" if context.code() else status_of(err)
+            self._record_call(request, outcome, t0)
+            raise
+        self._record_call(request, "OK", t0)
+        return answer
+
+    def _record_call(self, request: dp.RegisterRequest, outcome: str, t0: float) -> None:
+        self.timeline.record("grpc.call", "kubelet", side="server", method="Register", request=to_dict(request),
+                             response={}, outcome=outcome, duration_s=round(time.monotonic() - t0, 6),
+                             relay=True)
+
+    def _relay_register(self, channel: grpc.Channel, request: dp.RegisterRequest, raw: bytes,
+                        context: grpc.ServicerContext) -> bytes:
+        call, instance = next(self._calls), self.kubelet_instance()
         base: dict[str, Any] = {"instance": instance, "call": call, "relay": True}
         if len(raw) > KUBELET_MAX_RECV_BYTES:
             # The kubelet refuses it before its handler runs; the record says how large it was.
