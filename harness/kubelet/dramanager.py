@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.dials import OK, endpoint_ids, record_dial
 from harness.instruments.interceptors import RecordingClientInterceptor
 from harness.instruments.timeline import Timeline
 from harness.kubelet import dracheckpoint
@@ -135,8 +136,10 @@ class DRAPluginConn:
     """One registered plugin of a driver (dra_plugin.go DRAPlugin): one channel for all services."""
 
     def __init__(self, driver: str, endpoint: str, service: str, health_service: str | None,
-                 call_timeout_s: float, timeline: Timeline, dial_path: str | None = None) -> None:
+                 call_timeout_s: float, timeline: Timeline, dial_path: str | None = None,
+                 kubelet_instance: int | None = None) -> None:
         self.driver, self.endpoint, self.service = driver, endpoint, service
+        self.id, self.kubelet_instance = next(endpoint_ids), kubelet_instance
         self.service_version = SERVICE_SHORT[service]
         self.health_service = health_service
         self.health_version = HEALTH_SHORT[health_service] if health_service else None
@@ -192,6 +195,10 @@ class DRAPluginConn:
                              duration_s=round(time.monotonic() - t0, 6), **event)
         return results
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return
@@ -209,7 +216,9 @@ class DRAManager:
     def __init__(self, state_dir: Path, timeline: Timeline, profile: Profile,
                  version: KubeletVersion | None = None, *, health: bool | None = None,
                  wipe_slices: Callable[[str], None] | None = None,
-                 translate: Callable[[str], str] | None = None) -> None:
+                 translate: Callable[[str], str] | None = None, kubelet_instance: int | None = None) -> None:
+        """`kubelet_instance`: the number of the kubelet instance this manager is part of, on its `kubelet.dial`
+        events (its own count of DRA managers when not given)."""
         self.translate = translate  # a plugin's view of a path -> the harness's (mount-namespace launcher)
         self.state_dir, self.timeline, self.profile = Path(state_dir), timeline, profile
         self.version = version or default_version()
@@ -220,6 +229,7 @@ class DRAManager:
             self.health_services = self.version.gated_health_versions if health else ()
         self.wipe_slices = wipe_slices  # None: like a kubelet without an API client, nothing is wiped
         self.instance = next(self._instances)
+        self.kubelet_instance = self.instance if kubelet_instance is None else kubelet_instance
         self.prepare_delay_s = 0.0  # fault: the kubelet holds each NodePrepareResources this long
         self._lock = threading.RLock()
         self._store: dict[str, list[DRAPluginConn]] = {}  # driver -> plugins in registration order
@@ -366,7 +376,7 @@ class DRAManager:
                 return error
             health = self._choose_health(versions)
             conn = DRAPluginConn(name, endpoint, service, health, self.profile.dra_call_timeout_s, self.timeline,
-                                 self.translate(endpoint) if self.translate else None)
+                                 self.translate(endpoint) if self.translate else None, self.kubelet_instance)
             self._store[name] = [*existing, conn]
         for old in replaced:
             old.close()
@@ -409,7 +419,15 @@ class DRAManager:
     def _on_connectivity(self, conn: DRAPluginConn, state: grpc.ChannelConnectivity) -> None:
         connected = state == grpc.ChannelConnectivity.READY
         with self._lock:
-            if conn.connected == connected or self._stopping.is_set():
+            if self._stopping.is_set():
+                return
+            # gRPC connects on demand and again after the plugin went away: each attempt ends READY or
+            # TRANSIENT_FAILURE, and each is a dial of the plugin's socket.
+            if not conn.closed and state in (grpc.ChannelConnectivity.READY,
+                                             grpc.ChannelConnectivity.TRANSIENT_FAILURE):
+                record_dial(self.timeline, conn.endpoint, conn.kubelet_instance, conn.id,
+                            OK if connected else f"connection failed ({state.name})")
+            if conn.connected == connected:
                 return
             conn.connected = connected
         self.timeline.record("dra.connection", "kubelet", driver=conn.driver, endpoint=conn.endpoint,

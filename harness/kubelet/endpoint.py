@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from harness.instruments.dials import OK, endpoint_ids, record_dial
 from harness.instruments.grpcutil import (
     CHANNEL_OPTIONS,
     FAKELET_MAX_RECV_BYTES,
@@ -20,8 +20,6 @@ from harness.instruments.grpcutil import (
 from harness.instruments.interceptors import RecordingClientInterceptor, to_dict
 from harness.instruments.timeline import Timeline
 from harness.wire import dp, dp_grpc
-
-_ids = itertools.count(1)
 
 
 class DialError(RuntimeError):
@@ -72,9 +70,12 @@ class Endpoint:
     is stopped, and only a new Register brings a new one.
     """
 
-    def __init__(self, resource: str, socket_path: str, timeline: Timeline, hang_bound_s: float) -> None:
-        """`hang_bound_s`: fakelet's bound on the calls the kubelet makes without a deadline."""
-        self.id = next(_ids)
+    def __init__(self, resource: str, socket_path: str, timeline: Timeline, hang_bound_s: float,
+                 instance: int | None = None) -> None:
+        """`hang_bound_s`: fakelet's bound on the calls the kubelet makes without a deadline; `instance`: the
+        kubelet instance that dials (on its `kubelet.dial` event)."""
+        self.id = next(endpoint_ids)
+        self.instance = instance
         self.resource, self.socket_path, self.timeline = resource, socket_path, timeline
         self.hang_bound_s = hang_bound_s
         self._raw = grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS)
@@ -93,7 +94,10 @@ class Endpoint:
         except grpc.FutureTimeoutError:
             self.close()
             # client.go dial: fmt.Errorf(errFailedToDialDevicePlugin+" %v", ctx.Err())
-            raise DialError("failed to dial device plugin: context deadline exceeded") from None
+            error = "failed to dial device plugin: context deadline exceeded"
+            record_dial(self.timeline, self.socket_path, self.instance, self.id, error)
+            raise DialError(error) from None
+        record_dial(self.timeline, self.socket_path, self.instance, self.id, OK)
 
     def fetch_options(self) -> dp.DevicePluginOptions:
         # manager.go PluginConnected calls it with context.Background(), inside Register: a plugin

@@ -23,6 +23,7 @@ import grpc
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
+from harness.instruments.dials import OK, endpoint_ids, record_dial
 from harness.instruments.grpcutil import CHANNEL_OPTIONS, unix_target
 from harness.instruments.interceptors import RecordingClientInterceptor
 from harness.instruments.timeline import Timeline
@@ -104,8 +105,10 @@ class PluginWatcher:
     """Watches a plugins_registry directory and registers the plugins whose sockets appear there."""
 
     def __init__(self, registry_dir: Path, timeline: Timeline, profile: Profile,
-                 handlers: dict[str, Handler]) -> None:
+                 handlers: dict[str, Handler], kubelet_instance: int | None = None) -> None:
+        """`kubelet_instance`: the kubelet instance this watcher belongs to, on its `kubelet.dial` events."""
         self.registry_dir, self.timeline, self.profile = Path(registry_dir), timeline, profile
+        self.kubelet_instance = kubelet_instance
         self.handlers = dict(handlers)
         self._lock = threading.Lock()
         self._desired: dict[str, float] = {}  # socket path -> timestamp (desired_state_of_world.go)
@@ -283,13 +286,16 @@ class PluginWatcher:
     def _register(self, path: str, timestamp: float) -> None:
         """operation_generator.go GenerateRegisterPluginFunc."""
         raw = grpc.insecure_channel(unix_target(path), options=CHANNEL_OPTIONS)
+        dial = next(endpoint_ids)
         try:
             try:
                 grpc.channel_ready_future(raw).result(timeout=self.profile.dial_timeout_s)
             except grpc.FutureTimeoutError:
+                record_dial(self.timeline, path, self.kubelet_instance, dial, "context deadline exceeded")
                 self._failed(path, f"RegisterPlugin error -- dial failed at socket {path}, "
                                    "err: context deadline exceeded", None)
                 return
+            record_dial(self.timeline, path, self.kubelet_instance, dial, OK)
             client = reg_grpc.RegistrationStub(
                 grpc.intercept_channel(raw, RecordingClientInterceptor(self.timeline, "kubelet")))
             self._register_with(client, path, timestamp)

@@ -288,6 +288,20 @@ def read_pod_resources(socket_path: Path | str, timeout_s: float) -> dict[str, A
                             "memory": [_memory_dict(m) for m in allocatable.memory]}}
 
 
+def get_pod_resources(socket_path: Path | str, namespace: str, name: str, timeout_s: float) -> dict[str, Any]:
+    """Get for one pod, as the dict `read_pod_resources` gives for a listed pod. gRPC errors propagate: an
+    unknown pod is code UNKNOWN with ERR_POD_NOT_FOUND's text (upstream's plain Go error), and a kubelet
+    without the KubeletPodResourcesGet feature gate answers "PodResources API Get method disabled"."""
+    channel = insecure_unix_channel(str(socket_path))
+    try:
+        stub = podresources_grpc.PodResourcesListerStub(channel)
+        got = stub.Get(podresources.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace),
+                       wait_for_ready=True, timeout=timeout_s)
+    finally:
+        channel.close()
+    return _pod_dict(got.pod_resources)
+
+
 def _pod_dict(pod: podresources.PodResources) -> dict[str, Any]:
     return {
         "name": pod.name,

@@ -90,7 +90,7 @@ class FakeNode:
             self._start_api_agents()
             return
         dra = DRAManager(self.state_dir, self.timeline, self.profile, self.kubelet_version, health=self.dra_health,
-                         wipe_slices=self.wipe_slices, translate=self.translate)
+                         wipe_slices=self.wipe_slices, translate=self.translate, kubelet_instance=manager.instance)
         if arm_dra is not None:
             arm_dra(dra)
         try:
@@ -101,7 +101,7 @@ class FakeNode:
             self.manager = None
             raise
         watcher = PluginWatcher(self.registry_dir, self.timeline, self.profile,
-                                {DEVICE_PLUGIN: DevicePluginHandler(manager), DRA_PLUGIN: dra})
+                                {DEVICE_PLUGIN: DevicePluginHandler(manager), DRA_PLUGIN: dra}, manager.instance)
         if arm_watcher is not None:
             arm_watcher(watcher)
         # Last: its first scan registers the plugins already there, into managers that serve.

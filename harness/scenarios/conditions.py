@@ -6,6 +6,11 @@ checkpoints, CDI files, the calls and dials the kubelet made. `wait` returns
 when all of a step's conditions hold; `throughout` watches them for a span and
 stops at the first moment one fails. Both wake on timeline events and are
 bounded by their deadline.
+
+The calls and dials are read off the timeline: the fake kubelet records its side
+of the plugin wire, and so does the relay in front of a real kubelet. Where
+nobody recorded that wire, `calls` and `dialed` say Inconclusive instead of
+counting 0 (`wire_recorded`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+import grpc
+
+from harness.instruments.dials import DIAL
+from harness.instruments.grpcutil import status_of
+from harness.instruments.interceptors import method_name
 from harness.instruments.timeline import Event
 from harness.kubelet import checkpoint as dp_checkpoint
-from harness.kubelet.podresources import read_pod_resources
+from harness.kubelet.podresources import get_pod_resources, read_pod_resources
 from harness.node.fake import FakeNode
+from harness.node.real.cluster import NAMESPACE as CLUSTER_NAMESPACE
 from harness.scenarios.outcomes import Inconclusive
 from harness.world.cdispecs import defined_devices
 
@@ -28,11 +39,31 @@ if TYPE_CHECKING:
 # expectation is judged on each of them too, so a change that lasted milliseconds is not missed.
 RESOURCE_EVENTS = ("kubelet.devices", "node.status")
 PODRESOURCES_TIMEOUT_S = 5.0  # one List and GetAllocatableResources on a local socket
+# What reading a condition itself puts on the timeline (the fake PodResources server records each call): no
+# reason to judge again, or a condition that reads PodResources would wake itself in a loop until its deadline.
+OWN_EVENTS = frozenset({"podresources.call"})
+# A kubelet's calls to a plugin as the timeline holds them: unary calls, and streams (ListAndWatch,
+# NodeWatchResources) as they are opened.
+CALL_EVENTS = ("grpc.call", "grpc.stream_open")
+# How a kubelet without the KubeletPodResourcesGet feature gate (alpha, off by default) answers Get.
+GET_DISABLED = "Get method disabled"
+
+
+def wire_recorded(env: Any, since_ns: int) -> bool:
+    """Whether the kubelet's side of the plugin wire is on the timeline: always for the fake kubelet; for any
+    other when its environment says a relay records it (`env.wire_recorded`, set by whoever starts the relay),
+    or when the timeline shows such a recording since `since_ns` (a dial, or a call the kubelet made)."""
+    if isinstance(env.node, FakeNode) or getattr(env, "wire_recorded", False):
+        return True
+    return any(e.kind == DIAL or (e.kind in CALL_EVENTS and e.get("side") == "client")
+               for e in env.timeline.events(since_ns) if e.source == "kubelet")
 
 
 class Conditions:
     def __init__(self, stage: Stage) -> None:
         self.stage, self.env = stage, stage.env
+        # `since: step` counts from here: the step that holds these conditions began.
+        self.step_began_ns = getattr(stage, "step_began_ns", stage.began_ns)
 
     # -- waiting ------------------------------------------------------------------------------------
 
@@ -46,7 +77,7 @@ class Conditions:
             remaining = deadline - time.monotonic()
             if ok or remaining <= 0:
                 return ok, seen
-            index += len(timeline.after(index, remaining)[:])
+            index += len(self._changes(index, deadline))
 
     def throughout(self, conditions: dict[str, Any], span_s: float) -> tuple[bool, str]:
         """(True, ...) when every condition held for all of `span_s`; (False, the breach) at the first that did not."""
@@ -58,33 +89,56 @@ class Conditions:
             ok, seen = self.holds(conditions)
             if not ok:
                 return False, seen
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if deadline - time.monotonic() <= 0:
                 return True, seen
-            new = timeline.after(index, remaining)
+            new = self._changes(index, deadline)
             index += len(new)
             for event in new:
                 ok, moment = self._at_event(conditions, event)
                 if not ok:
                     return False, f"{moment} at {self.env.at(event)}"
 
+    def _changes(self, index: int, deadline: float) -> list[Event]:
+        """The events after `index` up to the first that is not one of the conditions' own reads (those
+        change nothing; judging again on them would wake itself until the deadline); [] at the deadline."""
+        timeline = self.env.timeline
+        got: list[Event] = []
+        while (remaining := deadline - time.monotonic()) > 0:
+            new = timeline.after(index + len(got), remaining)
+            got.extend(new)
+            if any(e.kind not in OWN_EVENTS for e in new):
+                return got
+        return []
+
     def _at_event(self, conditions: dict[str, Any], event: Event) -> tuple[bool, str]:
         """Capacity and allocatable as a resource event recorded them (the rest is judged live)."""
         if event.kind not in RESOURCE_EVENTS:
             return True, ""
-        resource = self.env.spec.resource
-        if event.kind == "kubelet.devices":
-            if event.get("resource") != resource or event.get("instance") != self._instance():
-                return True, ""
-            values = {"capacity": event.get("capacity"), "allocatable": event.get("allocatable")}
-        else:
-            values = dict((event.get("resources") or {}).get(resource) or {})
         for key in ("capacity", "allocatable"):
-            if key in conditions and key in values:
-                ok, seen = self._count(key, values.get(key) or 0, conditions[key])
+            if key not in conditions:
+                continue
+            resource, want = self._resource_want(conditions[key])
+            if event.kind == "kubelet.devices":
+                if event.get("resource") != resource or event.get("instance") != self._instance():
+                    continue
+                values = {"capacity": event.get("capacity"), "allocatable": event.get("allocatable")}
+            else:
+                values = dict((event.get("resources") or {}).get(resource) or {})
+            if key in values:
+                ok, seen = self._count(self._resource_word(key, resource), values.get(key) or 0, want)
                 if not ok:
                     return False, seen
         return True, ""
+
+    def _resource_want(self, want: Any) -> tuple[str, Any]:
+        """(resource, count) of a capacity or allocatable condition: `{resource: R, count: C}` or the subject's
+        resource and the count itself."""
+        if isinstance(want, dict) and "resource" in want:
+            return want["resource"], want["count"]
+        return self.env.spec.resource, want
+
+    def _resource_word(self, key: str, resource: str) -> str:
+        return key if resource == self.env.spec.resource else f"{key} of {resource}"
 
     def _instance(self) -> int | None:
         node = self.env.node
@@ -134,10 +188,12 @@ class Conditions:
 
     def _resource(self, key: str, want: Any) -> tuple[bool, str]:
         node = self.env.node
+        resource, count = self._resource_want(want)
+        what = self._resource_word(key, resource)
         if not node.running:
-            return False, f"no {key}: the kubelet is not running"
-        got = getattr(node, key)(self.env.spec.resource) or 0
-        return self._count(key, got, want)
+            return False, f"no {what}: the kubelet is not running"
+        got = getattr(node, key)(resource) or 0
+        return self._count(what, got, count)
 
     def _count(self, what: str, got: int, want: Any) -> tuple[bool, str]:
         op, target = want if isinstance(want, tuple) else _comparison(want)
@@ -195,11 +251,11 @@ class Conditions:
         node = self.env.node
         if not node.running:
             return False, "no PodResources answer: the kubelet is not running"
-        devices = [d for ds in self._pod_resources(pod.key).values() for d in ds]
+        devices = [d for ds in self._listed_devices(pod.key).values() for d in ds]
         ok, seen = self._count("devices", len(devices), want["count"])
         return ok, f"PodResources: pod {pod.name} has {seen}"
 
-    def _pod_resources(self, key: str) -> dict[str, list[str]]:
+    def _listed_devices(self, key: str) -> dict[str, list[str]]:
         """The pod's devices as the kubelet's PodResources API answers List (the real node's reads it too)."""
         node = self.env.node
         if not isinstance(node, FakeNode):
@@ -213,6 +269,72 @@ class Conditions:
                 for device in container.get("devices") or []:
                     out.setdefault(device["resource_name"], []).extend(device.get("device_ids") or [])
         return out
+
+    def _pod_resources(self, want: dict[str, Any]) -> tuple[bool, str]:
+        """What the kubelet's PodResources API answers now: List or Get for one pod, GetAllocatableResources."""
+        node = self.env.node
+        if not node.running:
+            return False, "no PodResources answer: the kubelet is not running"
+        socket = getattr(node, "pod_resources_socket", None)
+        if socket is None:
+            raise Inconclusive(f"the {type(node).__name__}'s PodResources socket is out of fakelet's reach")
+        if "allocatable" in want:
+            resource = want["allocatable"]
+            try:
+                answer = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)
+            except grpc.RpcError as err:
+                return False, f"PodResources GetAllocatableResources failed: {status_of(err)}"
+            count = sum(len(d["device_ids"]) for d in answer["allocatable"]["devices"]
+                        if d["resource_name"] == resource)
+            ok, seen = self._count("devices", count, want["devices"])
+            return ok, f"PodResources GetAllocatableResources: {resource} {seen}"
+        pod = self.stage._pod(want["pod"])
+        via = want.get("via", "List")
+        resource = want.get("resource") or (self.env.driver if self.stage.is_dra  # type: ignore[attr-defined]
+                                            else self.env.spec.resource)
+        found, failed = self._pod_answer(pod, via, socket)
+        if failed:
+            return False, f"PodResources {via} failed: {failed}"
+        results = []
+        if "present" in want:
+            results.append(((found is not None) == want["present"],
+                            "listed" if found is not None else "not listed" if via == "List" else "not found"))
+        if "devices" in want:
+            results.append(self._count(f"{resource} devices", _devices_in(found, resource), want["devices"]))
+        return all(r[0] for r in results), f"PodResources {via}: pod {pod.name} " + ", ".join(r[1] for r in results)
+
+    def _pod_answer(self, pod: Any, via: str, socket: Any) -> tuple[dict[str, Any] | None, str]:
+        """(the pod as PodResources answers List or Get for it, or None when it is not there; an error)."""
+        identity = self._pod_identity(pod)
+        if identity is None:
+            return None, ""  # never made on the node: no kubelet can list it
+        namespace, name = identity
+        try:
+            if via == "Get":
+                return get_pod_resources(socket, namespace, name, PODRESOURCES_TIMEOUT_S), ""
+            listed = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)["pods"]
+        except grpc.RpcError as err:
+            details = (err.details() if hasattr(err, "details") else "") or ""
+            if via == "Get" and GET_DISABLED in details:
+                raise Inconclusive("PodResources Get is disabled on this kubelet (feature gate KubeletPodResourcesGet, "
+                                   "alpha and off by default): " + details) from None
+            if via == "Get" and err.code() == grpc.StatusCode.UNKNOWN and details.endswith(" not found"):  # type: ignore[attr-defined]
+                return None, ""  # upstream's answer for a pod it does not hold (a plain error, code Unknown)
+            return None, status_of(err)
+        return next((p for p in listed if p["name"] == name and p["namespace"] == namespace), None), ""
+
+    def _pod_identity(self, pod: Any) -> tuple[str, str] | None:
+        """(namespace, name) of the pod as the kubelet knows it: a DRA pod's API object; on the fake kubelet a
+        device-plugin pod's key, with no namespace (its pods are admitted by hand); on a real one, the Pod it
+        created in its namespace."""
+        if pod.api is not None:
+            meta = pod.api["metadata"]
+            return str(meta.get("namespace") or ""), str(meta["name"])
+        node = self.env.node
+        if isinstance(node, FakeNode):
+            return ("", pod.key) if pod.key else None
+        name = node.pod_name(pod.key) if pod.key else None  # type: ignore[union-attr]
+        return (CLUSTER_NAMESPACE, name) if name else None
 
     def _resources_status(self, want: dict[str, Any]) -> tuple[bool, str]:
         pod = self.stage._pod(want["pod"])
@@ -232,17 +354,24 @@ class Conditions:
         ok = bool(health) and all(h == want["health"] for h in health)
         return ok, f"allocatedResourcesStatus of {pod.name}: {', '.join(map(str, health)) or 'none'}"
 
-    def _fake_only(self, what: str) -> None:
-        """The real kubelet does not show this (its gRPC calls are not on the timeline): no verdict on it."""
-        if not isinstance(self.env.node, FakeNode):
-            raise Inconclusive(f"{what} cannot be seen on a real kubelet (only the fake kubelet records its calls)")
+    def _wire(self, what: str) -> None:
+        """No verdict on the kubelet's side of the plugin wire where nobody recorded it: a count there would
+        be 0 whatever the kubelet did."""
+        if not wire_recorded(self.env, self.stage.began_ns):
+            raise Inconclusive(f"{what} cannot be seen: the real kubelet's wire was not recorded (no relay "
+                               "between it and the plugin, and no dial or call of it on the timeline)")
+
+    def _since(self, want: dict[str, Any]) -> int:
+        return self.step_began_ns if want.get("since") == "step" else self.stage.began_ns
 
     def _calls(self, want: dict[str, Any]) -> tuple[bool, str]:
-        self._fake_only("the kubelet's calls to the plugin")
-        method = want["method"]
-        calls = [e for e in self.env.timeline.events(self.stage.began_ns, "grpc.call")
-                 if e.source == "kubelet" and e.get("side") == "client"
-                 and str(e.get("method", "")).rsplit("/", 1)[-1] == method]
+        self._wire("the kubelet's calls to the plugin")
+        # The short name, however the file wrote it ("Allocate", "v1beta1.DevicePlugin/Allocate"): the
+        # timeline keeps the short one.
+        method = method_name(want["method"])
+        calls = [e for e in self.env.timeline.events(self._since(want))
+                 if e.kind in CALL_EVENTS and e.source == "kubelet" and e.get("side") == "client"
+                 and method_name(str(e.get("method", ""))) == method]
         return self._count(f"{method} calls", len(calls), want["count"])
 
     def _checkpoint(self, want: dict[str, Any]) -> tuple[bool, str]:
@@ -290,11 +419,39 @@ class Conditions:
         return ok, f"CDI devices of {pod.name}: {len(present)} of {len(ids)} defined"
 
     def _dialed(self, want: dict[str, Any]) -> tuple[bool, str]:
-        self._fake_only("the sockets the kubelet dialed")
+        self._wire("the sockets the kubelet dialed")
         socket = want["socket"]
-        dials = [e for e in self.env.timeline.events(self.stage.began_ns, "kubelet.connect")
-                 if str(e.get("endpoint", "")).rsplit("/", 1)[-1] == socket]
-        return self._count(f"dials of {socket}", len(dials), want.get("count", {"at_least": 1}))
+        dials = [e for e in self.env.timeline.events(self._since(want), DIAL)
+                 if e.source == "kubelet" and socket in (e.get("name"), e.get("socket"))]
+        what = f"dials of {socket}"
+        if "plugin_instance" in want:
+            number = want["plugin_instance"]
+            serving = self._plugin_instances()
+            dials = [e for e in dials if e.get("plugin_instance", _serving(serving, e.t_ns)) == number]
+            what += f" while plugin instance {number} served"
+        return self._count(what, len(dials), want.get("count", {"at_least": 1}))
+
+    def _plugin_instances(self) -> list[tuple[int, int, int | None]]:
+        """(number, started, exited or None) of each process of the subject, numbered by start from 1 over the
+        whole run: a restart is the next number, and so is a rolling update's second instance (its own
+        process under the same name)."""
+        env = self.env
+        mine = [e for e in env.timeline.events() if e.kind in ("process.start", "process.exit") and env.is_mine(e)]
+        out: list[tuple[int, int, int | None]] = []
+        open_runs: list[tuple[int, Event]] = []
+        for event in mine:
+            if event.kind == "process.start":
+                open_runs.append((len(out) + len(open_runs) + 1, event))
+                continue
+            # An exit ends the run with its pid (the kind launcher knows none: then its oldest running one).
+            pid = event.get("pid")
+            match = next((r for r in open_runs if pid is not None and r[1].get("pid") == pid), None)
+            match = match or (open_runs[0] if open_runs and pid is None else None)
+            if match is not None:
+                open_runs.remove(match)
+                out.append((match[0], match[1].t_ns, event.t_ns))
+        out.extend((number, start.t_ns, None) for number, start in open_runs)
+        return sorted(out)
 
     def _slices(self, want: dict[str, Any]) -> tuple[bool, str]:
         slices = self.env.slices()  # type: ignore[attr-defined]
@@ -307,3 +464,25 @@ def _comparison(want: Any) -> tuple[str, Any]:
         (op, target), = want.items()
         return op, target
     return "equals", want
+
+
+def _serving(runs: list[tuple[int, int, int | None]], t_ns: int) -> int | None:
+    """The plugin instance that served a socket at `t_ns`: the newest started then and not yet exited (a newer
+    instance on the same socket replaced the older one's; on a socket of its own, the kubelet dials the newer
+    one once it registers). None when none ran."""
+    running = [number for number, start, end in runs if start <= t_ns and (end is None or end > t_ns)]
+    return max(running) if running else None
+
+
+def _devices_in(pod: dict[str, Any] | None, resource: str) -> int:
+    """A PodResources pod's devices of `resource`: a device plugin's device IDs of that resource name, and a DRA
+    claim's devices of the driver of that name."""
+    if pod is None:
+        return 0
+    count = 0
+    for container in pod.get("containers") or []:
+        count += sum(len(d.get("device_ids") or []) for d in container.get("devices") or []
+                     if d.get("resource_name") == resource)
+        count += sum(1 for dyn in container.get("dynamic_resources") or [] for r in dyn.get("claim_resources") or []
+                     if r.get("driver_name") == resource)
+    return count

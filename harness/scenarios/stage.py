@@ -37,6 +37,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         self.env, self.say = env, say
         self.began = time.monotonic()
         self.began_ns = env.timeline.now()
+        self.step_began_ns = self.began_ns
         self.lines: list[str] = []
         self.pods: dict[str, PodRecord] = {}
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
@@ -59,6 +60,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
 
     def run(self, step: Step) -> None:
         self._after_crashes()
+        self.step_began_ns = self.env.timeline.now()
         handler = getattr(self, f"_do_{step.action}")
         handler(step)
 

@@ -27,6 +27,7 @@ class StageState:
 
     env: DPEnv
     began_ns: int  # the timeline when the scenario began: conditions count calls and dials from here
+    step_began_ns: int  # and when the current step began (their `since: step`)
     pods: dict[str, PodRecord]
     retired: list[Any]  # plugin instances a rolling update replaced, stopped at close
     crashes: list[Crash]  # fired, not yet finished

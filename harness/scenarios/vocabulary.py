@@ -26,18 +26,37 @@ Actions:
 DEV is an inventory device ID, `@N` (the subject's N-th inventory device) or `@pod:NAME`
 (the device the kubelet gave pod NAME).
 
-Conditions (all given must hold):
+Conditions (all given must hold). Each is judged on what the node shows when it is judged, except
+calls and dialed, which count timeline events from the scenario's start (or with `since: step`, from the
+start of the wait or expect step that holds them):
   registered: true                 the plugin registered with the running kubelet
   capacity / allocatable: COUNT    COUNT = N | all | healthy | {equals|at_least|at_most: N | all | healthy}
+                                   (all, healthy: the subject's devices present, healthy)
+  capacity / allocatable: {resource: R, count: N | {equals|at_least|at_most: N}}
+                                   the same for extended resource R (any resource the node reports)
   pod: {name: NAME, phase: Running | Failed | Pending | Terminating | Deleted, reason: TEXT}
-  pod_devices: {pod: NAME, count: COUNT}      what the PodResources API answers for the pod
+  pod_devices: {pod: NAME, count: COUNT}      what the PodResources API answers for the pod (every resource)
+  pod_resources: {pod: NAME, [resource: R], [devices: COUNT], [present: true | false], [via: List | Get]}
+                   the kubelet's PodResources answer for the pod (List, or Get for it alone): whether it is
+                   there (Get: not "not found") and its devices of R (default: the subject's resource, or
+                   a DRA driver's name: its claims' devices); at least one of devices and present
+  pod_resources: {allocatable: R, devices: COUNT}   GetAllocatableResources: the node's devices of R
   resources_status: {pod: NAME, health: Healthy | Unhealthy | Unknown}   the pod's allocatedResourcesStatus
-  calls: {method: NAME, count: COUNT}          kubelet -> plugin calls since the scenario began (fake kubelet)
+  calls: {method: NAME, count: COUNT, [since: scenario | step]}
+                   the kubelet's calls to the plugin of that method (Allocate, ListAndWatch, GetInfo, ...;
+                   a stream counts once, as it is opened), whatever their outcome
   checkpoint: {pod: NAME, devices: COUNT} | {claims: COUNT, devices: COUNT}   the kubelet's checkpoint (DP, DRA)
   cdi: {pod: NAME, present: true | false}      the CDI spec files of the pod's claims
-  dialed: {socket: NAME, count: COUNT}         how often the kubelet dialed that socket (fake kubelet)
+  dialed: {socket: NAME, [count: COUNT], [plugin_instance: N], [since: scenario | step]}
+                   the kubelet's dials of that socket (its file name, or its whole path), whatever their
+                   outcome (count defaults to at_least 1); with plugin_instance, only those made while the
+                   subject's N-th process (numbered by start over the run, from 1: a restart is the next
+                   number, so is a rolling update's new instance) served it: the newest of its processes
+                   running at that moment
   slices: {devices: COUNT}                     the driver's published devices
   not: CONDITIONS                              holds when those do not all hold
+calls and dialed read the kubelet's side of the plugin wire: the fake kubelet records it, and so does the
+relay in front of a real kubelet; without one they are inconclusive, never 0.
 """
 
 from __future__ import annotations
@@ -65,10 +84,15 @@ TAINT_EFFECTS = ("NoExecute", "NoSchedule")
 STORIES = ("taint-eviction",)
 PHASES = ("Running", "Failed", "Pending", "Terminating", "Deleted")
 HEALTH = ("Healthy", "Unhealthy", "Unknown")
-CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "resources_status", "calls",
-              "checkpoint", "cdi", "dialed", "slices", "not")
+# The calls a kubelet makes to a plugin, as `calls:` counts them: the unary ones above, the streams it opens,
+# and the plugins_registry handshake.
+KUBELET_CALLS = (*PLUGIN_CALLS, "ListAndWatch", "NodeWatchResources", "GetInfo", "NotifyRegistrationStatus")
+CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "pod_resources", "resources_status",
+              "calls", "checkpoint", "cdi", "dialed", "slices", "not")
 DRA_ONLY = {"cdi", "slices", "taint", "untaint", "story"}
-DP_ONLY = {"pod_devices", "capacity", "allocatable", "dialed"}
+DP_ONLY = {"pod_devices", "capacity", "allocatable"}
+SINCE = ("scenario", "step")
+PODRESOURCES_VIA = ("List", "Get")
 COUNT_WORDS = ("all", "healthy")
 COMPARISONS = ("equals", "at_least", "at_most")
 MAX_DURATION_S = 600.0  # a step longer than ten minutes is a soak, not a reproduction
@@ -373,35 +397,26 @@ def _condition(key: str, value: Any) -> Problem:
     if key == "registered":
         return None if value is True else ("", "true (wait for a registration; its absence is a failed expect)")
     if key in ("capacity", "allocatable"):
-        return None if count_ok(value) else ("", count_help)
+        if isinstance(value, dict) and "resource" in value:
+            return _resource_count(value)
+        return None if count_ok(value) else ("", f"{count_help}, or {{resource: R, count: N}}")
     if not isinstance(value, dict):
         return "", "a mapping"
+    if key == "pod_resources":
+        return _pod_resources(value)
     shapes: dict[str, dict[str, Any]] = {
         "pod": {"name": str, "phase": PHASES, "reason": str},
         "pod_devices": {"pod": str, "count": "count"},
         "resources_status": {"pod": str, "health": HEALTH},
-        "calls": {"method": str, "count": "count"},
+        "calls": {"method": str, "count": "count", "since": SINCE},
         "checkpoint": {"pod": str, "devices": "count", "claims": "count"},
         "cdi": {"pod": str, "present": bool},
-        "dialed": {"socket": str, "count": "count"},
+        "dialed": {"socket": str, "count": "count", "plugin_instance": "instance", "since": SINCE},
         "slices": {"devices": "count"},
     }
-    shape = shapes[key]
-    extra = sorted(set(value) - set(shape))
-    if extra:
-        return extra[0], f"unknown key; known: {', '.join(shape)}"
-    for name, want in shape.items():
-        if name not in value:
-            continue
-        got = value[name]
-        if want == "count" and not count_ok(got):
-            return name, count_help
-        if want is str and not (isinstance(got, str) and got):
-            return name, "a non-empty string"
-        if want is bool and not isinstance(got, bool):
-            return name, "true or false"
-        if isinstance(want, tuple) and got not in want:
-            return name, f"one of {', '.join(want)}"
+    problem = _shape(value, shapes[key])
+    if problem:
+        return problem
     required = {"pod": ("name",), "pod_devices": ("pod", "count"), "resources_status": ("pod", "health"),
                 "calls": ("method", "count"), "cdi": ("pod", "present"), "dialed": ("socket",),
                 "slices": ("devices",)}.get(key, ())
@@ -412,4 +427,61 @@ def _condition(key: str, value: Any) -> Problem:
         return "", "{pod: NAME, devices: COUNT} (device manager) or {claims: COUNT, devices: COUNT} (DRA)"
     if key == "checkpoint" and "pod" in value and "devices" not in value:
         return "devices", "required with pod"
+    if key == "calls" and value["method"].rsplit("/", 1)[-1] not in KUBELET_CALLS:
+        return "method", f"a call the kubelet makes to a plugin: {', '.join(KUBELET_CALLS)}"
     return None
+
+
+def _shape(value: dict[str, Any], shape: dict[str, Any]) -> Problem:
+    """Unknown keys and wrong types in a condition's mapping (`shape`: key -> str, bool, "count", "number" (a
+    count with no words), "instance", or a tuple of the words it takes)."""
+    extra = sorted(set(value) - set(shape), key=str)
+    if extra:
+        return str(extra[0]), f"unknown key; known: {', '.join(shape)}"
+    for name, want in shape.items():
+        if name not in value:
+            continue
+        got = value[name]
+        if want == "count" and not count_ok(got):
+            return name, "N, all, healthy, or {equals|at_least|at_most: N}"
+        if want == "number" and not _number_count(got):
+            return name, "N or {equals|at_least|at_most: N} (all and healthy count the subject's devices only)"
+        if want == "instance" and not (_whole(got) and got >= 1):
+            return name, "a whole number from 1: the subject's N-th process (the first start is 1)"
+        if want is str and not (isinstance(got, str) and got):
+            return name, "a non-empty string"
+        if want is bool and not isinstance(got, bool):
+            return name, "true or false"
+        if isinstance(want, tuple) and got not in want:
+            return name, f"one of {', '.join(want)}"
+    return None
+
+
+def _number_count(value: Any) -> bool:
+    """N or {equals|at_least|at_most: N}: a count that names no subject's devices (all, healthy)."""
+    if isinstance(value, dict):
+        return len(value) == 1 and next(iter(value)) in COMPARISONS and _number_count(next(iter(value.values())))
+    return _whole(value) and value >= 0
+
+
+def _resource_count(value: dict[str, Any]) -> Problem:
+    problem = _shape(value, {"resource": str, "count": "number"})
+    if problem is None and "count" not in value:
+        return "count", "required with resource"
+    return problem
+
+
+def _pod_resources(value: dict[str, Any]) -> Problem:
+    if ("pod" in value) == ("allocatable" in value):
+        return "", ("{pod: NAME, devices: COUNT} (List, or via: Get) or {allocatable: R, devices: COUNT} "
+                    "(GetAllocatableResources): exactly one of pod and allocatable")
+    if "allocatable" in value:
+        problem = _shape(value, {"allocatable": str, "devices": "count"})
+        if problem is None and "devices" not in value:
+            return "devices", "required with allocatable"
+        return problem
+    problem = _shape(value, {"pod": str, "resource": str, "devices": "count", "present": bool,
+                             "via": PODRESOURCES_VIA})
+    if problem is None and not ({"devices", "present"} & set(value)):
+        return "", "say what to expect of the pod: devices: COUNT, present: true | false, or both"
+    return problem
