@@ -784,6 +784,14 @@ class DPEnv:
     def now(self) -> int:
         return self.timeline.now()
 
+    @property
+    def wire_recorded(self) -> bool:
+        """Whether the kubelet's side of the plugin wire is on the timeline: the fake kubelet's own record, or the
+        relay's in front of a real kubelet (harness/node/relay)."""
+        if isinstance(self.node, FakeNode):
+            return True
+        return getattr(getattr(self.node, "shell", None), "relay", None) is not None
+
     @staticmethod
     def allocatable_in(event: Event, resource: str) -> int | None:
         """The allocatable count of `resource` an event reports: the fake kubelet's device change

@@ -29,12 +29,12 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.dials import endpoint_ids, record_dial
 from harness.instruments.faults import FaultPlan
 from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, status_of
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
 from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join
-from harness.kubelet.endpoint import _ids as endpoint_ids
 from harness.node.relay.forward import (
     Method,
     MethodTable,
@@ -377,9 +377,9 @@ class DevicePluginRelay:
         if endpoint_id in endpoint.dialed_for:
             return
         endpoint.dialed_for.add(endpoint_id)
-        self.timeline.record("kubelet.dial", "kubelet", socket=str(self.plugin_dir / endpoint.name),
-                             name=endpoint.name, instance=self.kubelet_instance(), endpoint_id=endpoint_id,
-                             outcome=outcome, relay=True)
+        # The plugin's socket, the one a direct kubelet would have dialed (and a scenario names).
+        record_dial(self.timeline, str(self.plugin_dir / endpoint.name), self.kubelet_instance(), endpoint_id,
+                    outcome)
 
     def _unary(self, endpoint: _Endpoint, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
         endpoint_id, pending = endpoint.endpoint_id, endpoint.pending
