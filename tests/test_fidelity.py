@@ -25,7 +25,8 @@ from harness.run import fidelity
 from harness.spec.profiles import get as get_profile
 from harness.spec.subjects import ProfileError
 
-FIDELITY_TIMEOUT_S = 600  # one target on both kubelets: under a minute here
+FIDELITY_TIMEOUT_S = 900  # one target on both kubelets, every device-plugin check: about 2.5 minutes here
+FULL_ENV = "FAKELET_FIDELITY"  # "full": every defect of the reference plugin too (tox -e fidelity)
 
 real = pytest.mark.real_kubelet
 
@@ -105,7 +106,18 @@ def test_a_real_node_leaves_no_process_cgroup_or_node_behind(plane) -> None:
     assert local.node_name not in nodes
 
 
-TARGETS, _KNOWN = fidelity.load_targets(fidelity.default_targets_file())
+def targets() -> list[fidelity.Target]:
+    """fixtures/fidelity.yaml's targets (the fixed sample CI runs); under FAKELET_FIDELITY=full, every mutant and
+    benign behaviour of the reference plugin as well: the kill matrix on the real kubelet."""
+    listed, _known = fidelity.load_targets(fidelity.default_targets_file())
+    if os.environ.get(FULL_ENV) != "full":
+        return listed
+    from harness.spec.subjects import load_subject
+    every = [fidelity.Target("reference-dp", d) for d in load_subject("reference-dp").defects]
+    return listed + [t for t in every if t not in listed]
+
+
+TARGETS = targets()
 
 
 @real
@@ -131,9 +143,11 @@ def test_the_fidelity_table_has_no_unexplained_difference(target: fidelity.Targe
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert table["stale_known"] == [], "known gaps that no longer differ: drop them from fixtures/fidelity.yaml"
     if target.subject == "reference-dp" and target.defect is None:
-        assert rows and all(r["fake"] == r["real"] == "pass" for r in rows), rows
+        judged = [r for r in rows if r["fake"] not in fidelity.UNEXERCISED and r["real"] not in fidelity.UNEXERCISED]
+        # Every check runs on both kubelets but the vendor-surface ones (no NVML or Level-Zero skin here).
+        assert len(judged) >= len(rows) - 4 and all(r["fake"] == r["real"] == "pass" for r in judged), rows
         # The real kubelet's reaction times are in the table.
-        assert all("registration" in r["real_measured"] for r in rows)
+        assert all("registration" in r["real_measured"] for r in rows if r["check"].startswith("DP-NODE"))
     if fidelity.is_mutant(target):
         # Caught on both kubelets: the comparison is not between two checks that cannot fail.
         assert any(r["fake"] == r["real"] == "fail" for r in rows), rows

@@ -26,13 +26,10 @@ INSTALL_MARK = " [install: "  # a skip reason's tail: the one command that insta
 # Every check defined so far, by ID: filled as suite modules are imported.
 CATALOG: dict[str, tuple[str, str]] = {}
 CHECK_MODULES: dict[str, str] = {}  # check ID -> the module that defines it
-# Checks that judge only what any kubelet shows (Node status, pods, the runtime): they run on the real
-# kubelet too (`fakelet run --node real`, `fakelet fidelity`). Every other check judges the kubelet's side
-# of the gRPC wire or injects a fault into the kubelet itself, which only the fake kubelet can do.
+# Checks that judge only what any kubelet shows (Node status, pods, the runtime), not the wire. Every
+# device-plugin check runs on the real kubelet (`fakelet run --node real`, `fakelet fidelity`), the others
+# through the relay that records the wire there (harness/node/relay).
 REAL_KUBELET: set[str] = set()
-FAKE_ONLY_REASON = ("on the real kubelet: this check reads the kubelet's side of the gRPC wire or injects a fault "
-                    "into the kubelet, which only the fake kubelet can; the DP-NODE checks judge the plugin by "
-                    "what the real kubelet does")
 
 
 # Of those, the ones that run on a kind cluster (`fakelet run --cluster kind`): they need nothing of this
