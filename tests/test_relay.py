@@ -156,3 +156,33 @@ def test_a_fault_armed_for_the_next_kubelet_is_applied_on_the_wire(rig: Rig) -> 
     rig.register()  # the next one reaches the kubelet
     rig.wait(rig.timeline, "kubelet.register", t, accepted=True)
     assert rig.kubelet_timeline.find(lambda e: e.kind == "kubelet.register", t) != []
+
+
+def test_a_call_the_plugin_never_answers_ends_when_the_relay_closes(rig: Rig) -> None:
+    """A hung side gets a bounded end: the kubelet's call (it sets no deadline on Allocate) is cancelled when the
+    relay goes, and the relay's close does not wait for the plugin."""
+    import threading
+    import time
+
+    plugin = rig.plugin()
+    plugin.hold_prestart = True  # PreStartContainer answers only when its caller gives up
+    rig.wait(rig.timeline, "relay.mirror", name=ENDPOINT, what="created")
+    channel = grpc.insecure_channel(unix_target(str(rig.kubelet_dir / ENDPOINT)))
+    ended: list[grpc.StatusCode] = []
+
+    def call() -> None:
+        try:
+            dp_grpc.DevicePluginStub(channel).PreStartContainer(dp.PreStartContainerRequest(devices_ids=["d0"]))
+        except grpc.RpcError as err:
+            ended.append(err.code())  # type: ignore[attr-defined]
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    rig.wait(rig.timeline, "kubelet.dial", name=ENDPOINT)  # the call is through the relay, held by the plugin
+    t0 = time.monotonic()
+    rig.relay.close()
+    caller.join(WAIT_S)
+    channel.close()
+    assert time.monotonic() - t0 < WAIT_S and ended and ended[0] != grpc.StatusCode.OK
+    for path in (rig.kubelet_dir / ENDPOINT, rig.plugin_dir / "kubelet.sock"):
+        assert not os.path.lexists(path) or path.name == "kubelet.sock"  # kubelet.sock stays, dead, as the kubelet's

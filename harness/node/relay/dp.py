@@ -383,9 +383,10 @@ class DevicePluginRelay:
 
     def _unary(self, endpoint: _Endpoint, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
         endpoint_id, pending = endpoint.endpoint_id, endpoint.pending
+        # The kubelet reached the socket: its dial is done, whatever the call makes of it (on the record too).
+        self._record_dial(endpoint, endpoint_id, "OK")
         done = forward_unary(endpoint.channel, method, raw, context)
         response = decode(method.response, done.response)
-        self._record_dial(endpoint, endpoint_id, done.outcome)
         self.timeline.record("grpc.call", "kubelet", side="client", method=method.name,
                              request=to_dict(decode(method.request, raw)), response=to_dict(response),
                              outcome=done.outcome, duration_s=done.duration_s, endpoint_id=endpoint_id,
