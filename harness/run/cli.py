@@ -25,6 +25,8 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)  # commands.main installs its own once it runs
+    # grpc reads it once, at import: its core's INFO lines (a GOAWAY as a relay closes) stay off the output.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         from harness.run import commands
 
