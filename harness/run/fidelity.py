@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.runconfig import RunConfig
+from harness.kubelet.versions import minor_of
 from harness.spec.checks import REAL_KUBELET, catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
 from reports.model import NOT_EXERCISED, SKIP, SubjectReport
@@ -153,9 +154,12 @@ def build_runs(target: Target, args: argparse.Namespace, out: Path) -> dict[str,
     Mutants run under --mutant-bound (as the kill matrix does), so that catching a plugin that never
     reacts costs seconds; the reference and benign behaviours under the kubelet's own bounds."""
     bound = args.mutant_bound if is_mutant(target) else None
+    release = getattr(args, "kubelet_version", "default")  # benchmarks/p6_fake_vs_real.py's args have none
+    # The real node builds the release asked for; the fake runs its model of that release's minor.
+    versions = {"real": release, "fake": minor_of(release)}
     return {node: RunConfig.build(subject=target.subject, defect=target.defect, profile=args.profile,
                                   seed=args.seed, checks=node_checks(), out=str(out / target.slug / node),
-                                  node=node, reaction_bound=bound)
+                                  node=node, reaction_bound=bound, kubelet_version=versions[node])
             for node in NODES}
 
 
