@@ -765,6 +765,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         raise UsageError("--defect needs --subject")
     if args.subject and args.targets:
         raise UsageError("give either --subject or --targets, not both")
+    fidelity.check_release(args.kubelet_version)  # before the report directory is made
     why = realnode_unavailable()
     if why:
         raise UsageError(f"fidelity needs a real kubelet, and this machine cannot run one: {why}")
