@@ -99,13 +99,22 @@ def committed_module(release: str) -> str | None:
 def list_versions(now: Callable[[], float] = time.time) -> list[str]:
     """k8s.io/kubernetes's versions as the Go module proxy lists them, from a cache younger than LIST_TTL_S."""
     cache = modules_dir() / "k8s.io-kubernetes-versions.json"
+    stale: list[str] | None = None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         data = json.loads(cache.read_text())
+        stale = [str(v) for v in data["versions"]]
         if 0 <= now() - float(data["fetched"]) < LIST_TTL_S:
-            return [str(v) for v in data["versions"]]
+            return stale
     with tempfile.TemporaryDirectory(prefix="fakelet-golist-") as work:  # outside any module
-        proc = _go(["list", "-m", "-versions", KUBERNETES], Path(work), LIST_TIMEOUT_S)
+        try:
+            proc = _go(["list", "-m", "-versions", KUBERNETES], Path(work), LIST_TIMEOUT_S)
+        except ReleaseUnavailable:
+            if stale is None:
+                raise
+            return stale  # the proxy is out of reach: an old list misses at most the newest patches
     if proc.returncode != 0:
+        if stale is not None:
+            return stale
         raise ReleaseUnavailable(f"the Go module proxy did not list {KUBERNETES}'s releases: {_last(proc.stderr)}")
     versions = proc.stdout.split()[1:]  # "k8s.io/kubernetes v1.13.0 v1.13.1 ..."
     cache.parent.mkdir(parents=True, exist_ok=True)
