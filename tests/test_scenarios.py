@@ -213,7 +213,7 @@ def test_mistakes_name_file_line_and_field(text, where):
                                   ["dp-checkpoint-lost-reboot", "--file", "x.yaml"],
                                   ["dp-checkpoint-lost-reboot", "--node", "real"],
                                   ["dp-plugin-restart-allocatable-zero", "--node", "real", "--kubelet-version",
-                                   "1.34"]])
+                                   "1.31"]])
 def test_bad_scenario_input_is_one_line_and_exit_2(tmp_path, args):
     code, output, _ = scenario_run(tmp_path / "out", *args)
     assert code == 2 and len(output.strip().splitlines()) == 1 and "Traceback" not in output, output

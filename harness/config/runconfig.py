@@ -40,11 +40,10 @@ from harness.instruments.userinput import (
     oneline,
     read_user_text,
 )
-from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KubeletVersion
+from harness.kubelet.versions import KubeletVersion, for_release
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.launch import gobuild
 from harness.launch.sandbox import check_base
-from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 from harness.spec.profiles import Profile
 from harness.spec.profiles import get as get_profile
@@ -85,18 +84,26 @@ NODES = ("fake", "real")
 CLUSTERS = ("kind",)
 
 
-def check_node(node: str, control_plane: str, kubelet_version: str = DEFAULT_KUBELET_VERSION) -> str:
+def check_node(node: str, control_plane: str) -> str:
     if node not in NODES:
         raise ProfileError(f"--node {node!r}: choose one of {', '.join(NODES)}")
-    if node == "real" and kubelet_version not in REAL_KUBELET_MODULES:
-        raise ProfileError(f"--node real --kubelet-version {kubelet_version}: the real node builds kubelet "
-                           f"{', '.join(REAL_KUBELET_MODULES)} (tests/go/kubernetes*); the fake kubelet imitates "
-                           "the others")
     if node == "real" and control_plane != "local":
         # A real kubelet joins the API server it is given as a Node: never someone's cluster by accident.
         raise ProfileError(f"--node real runs its kubelet against fakelet's local API server; "
                            f"drop --control-plane {control_plane}")
     return node
+
+
+def check_kubelet_version(name: str, node: str) -> KubeletVersion:
+    """--kubelet-version on this node: the fake kubelet takes the minors it models (versions.py), the
+    real node any release from the floor on (a minor or a patch; whether the Go module proxy serves it
+    is the build's to say, as a skip naming the release)."""
+    if node == "real":
+        try:
+            return for_release(name)
+        except ValueError as err:
+            raise ProfileError(f"--node real --kubelet-version {name}: {err}") from None
+    return get_kubelet_version(name)  # its ValueError names the models and what --node real takes
 
 
 def check_cluster(cluster: str | None, kind_image: str | None, keep_cluster: bool, node: str,
@@ -562,12 +569,14 @@ class RunConfig:
         timing = get_profile(profile)
         if reaction_bound is not None:
             timing = timing.with_reaction_bound(reaction_bound)
+        plane = check_control_plane(control_plane)
+        node = check_node(node, control_plane)
         return cls(spec=spec, profile=timing, defect=defect, seed=seed, checks=list(checks or []),
-                   out=Path(out) if out else None, binary=binary, kubelet_version=get_kubelet_version(kubelet_version),
-                   control_plane=check_control_plane(control_plane),
+                   out=Path(out) if out else None, binary=binary,
+                   kubelet_version=check_kubelet_version(kubelet_version, node), control_plane=plane,
                    subject_file=str(Path(subject_file).resolve()) if subject_file else None,
                    plugin_cmd=plugin_cmd, image=image, overrides=overrides, require=check_require(require or []),
-                   node=check_node(node, control_plane, get_kubelet_version(kubelet_version).name),
+                   node=node,
                    cluster=cluster, kind_image=kind_image,
                    keep_cluster=keep_cluster)
 
@@ -623,7 +632,8 @@ class RunConfig:
         values = {k: v for k, v in data.items() if k != "format"}
         values["spec"] = SubjectSpec.from_dict(data["spec"])
         values["profile"] = _profile_from_dict(data["profile"])
-        values["kubelet_version"] = get_kubelet_version(data.get("kubelet_version", "default"))
+        values["kubelet_version"] = check_kubelet_version(data.get("kubelet_version", "default"),
+                                                          data.get("node", "fake"))
         values["overrides"] = Overrides(**data.get("overrides", {}))
         values["image"] = Image(**data["image"]) if data.get("image") else None
         values["out"] = Path(data["out"]) if data.get("out") else None

@@ -116,6 +116,7 @@ def find_etcd() -> Path:
 
 
 def _kube_module(module_dir: str | None = None) -> Path:
+    """A wrapper module: relative paths are the repository's, absolute ones generated (node/real/releases.py)."""
     from harness.spec.subjects import repo_root  # subjects imports much; only the build path needs it
 
     return repo_root() / (module_dir or KUBE_MODULE)

@@ -15,6 +15,8 @@ Service names (advertised in PluginInfo.supported_versions):
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 DRA_V1 = "v1.DRAPlugin"
@@ -34,7 +36,7 @@ PICK_PLUGIN_ORDER = "plugin"  # first of the plugin's list that the kubelet supp
 
 @dataclass(frozen=True)
 class KubeletVersion:
-    name: str  # "1.32" ... "1.37"
+    name: str  # "1.32" ... "1.37"; on the real node any release asked for ("1.35.4", for_release)
     # Accepted DRA services, the kubelet's preference first.
     dra_services: tuple[str, ...]
     # DRAResourceHealth versions the kubelet calls with its default feature gates,
@@ -119,7 +121,50 @@ def get(name: str) -> KubeletVersion:
         return KUBELET_VERSIONS[key]
     except KeyError:
         choices = ", ".join([*KUBELET_VERSIONS, *ALIASES])
-        raise ValueError(f"unknown kubelet version {name!r}; choose one of: {choices}") from None
+        raise ValueError(f"unknown kubelet version {name!r}; the fake kubelet models {choices}; --node real "
+                         f"builds any release from {FLOOR} on that the Go module proxy serves "
+                         "(1.35 or 1.35.4)") from None
+
+
+# The oldest release either node runs: the fake's oldest model, and the real node's floor.
+FLOOR = min(KUBELET_VERSIONS, key=lambda n: tuple(int(p) for p in n.split(".")))
+# A real release as a person writes it: a minor ("1.35", its newest patch) or one release ("v1.35.4",
+# pre-releases included: the proxy serves them too).
+RELEASE = re.compile(r"v?(1)\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?)?")
+
+
+def parse_release(name: str) -> tuple[int, int, int | None, str]:
+    """(major, minor, patch or None for a minor, pre-release suffix or ""); ValueError naming the forms."""
+    match = RELEASE.fullmatch(name)
+    if match is None:
+        raise ValueError(f"kubelet version {name!r}: not a release; write a minor (1.35) or a release "
+                         "(1.35.4, v1.35.4)")
+    major, minor, patch, pre = match.groups()
+    return int(major), int(minor), int(patch) if patch is not None else None, pre or ""
+
+
+def minor_of(name: str) -> str:
+    """The minor a release belongs to ("v1.35.4" -> "1.35"); aliases and model names stay as they are."""
+    if name in ALIASES or name.removeprefix("v") in KUBELET_VERSIONS:
+        return name
+    major, minor, _patch, _pre = parse_release(name)
+    return f"{major}.{minor}"
+
+
+def for_release(name: str) -> KubeletVersion:
+    """The model for a real node's release, named after the release ("1.35.4": 1.35's model, name
+    "1.35.4"), so that the name reaches the real node's build and the report; ValueError below the floor.
+
+    A minor newer than every model gets the newest model: on the real node the model only names the
+    release (the real kubelet does the kubelet's part)."""
+    if name in ALIASES or name.removeprefix("v") in KUBELET_VERSIONS:
+        return get(name)
+    major, minor, patch, pre = parse_release(name)
+    if (major, minor) < tuple(int(p) for p in FLOOR.split(".")):
+        raise ValueError(f"kubelet version {name!r}: older than {FLOOR}, the oldest release fakelet runs")
+    model = KUBELET_VERSIONS.get(f"{major}.{minor}", KUBELET_VERSIONS[NEWEST])
+    release = f"{major}.{minor}" + (f".{patch}{pre}" if patch is not None else "")
+    return dataclasses.replace(model, name=release)
 
 
 def default() -> KubeletVersion:

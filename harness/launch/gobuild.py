@@ -30,9 +30,13 @@ class GoUnavailable(RuntimeError):
     """No usable Go toolchain: callers turn this into a skip with this text."""
 
 
+def cache_root() -> Path:
+    """fakelet's cache: built binaries under bin/, generated wrapper modules beside them."""
+    return Path(os.environ.get("FAKELET_CACHE") or Path.home() / ".cache" / "fakelet")
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("FAKELET_CACHE") or Path.home() / ".cache" / "fakelet"
-    return Path(root) / "bin"
+    return cache_root() / "bin"
 
 
 def _module_hash(module_dir: Path, package: str) -> str:
@@ -59,14 +63,22 @@ def _go_env(cgo: bool = False) -> dict[str, str]:
     return env
 
 
-def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
+def run_go(args: list[str], cwd: Path, timeout_s: float | None = None,
+           cgo: bool = False) -> subprocess.CompletedProcess[str]:
+    """One go command with the builds' environment, its output captured; the caller judges its exit code.
+    GoUnavailable without go; RuntimeError when it outlasts `timeout_s` (None: a build's bound)."""
+    timeout_s = BUILD_TIMEOUT_S if timeout_s is None else timeout_s  # read now: tests shorten the bound
     try:
         # Dies with its builder: a fakelet killed outright once left `go build` running, still writing.
-        proc = subprocess.run(die_with_parent([go_binary(), *args]), cwd=cwd, env=_go_env(cgo),
-                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        return subprocess.run(die_with_parent([go_binary(), *args]), cwd=cwd, env=_go_env(cgo),
+                              capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         # A RuntimeError like any failed build: every caller turns those into a skip or a one-line error.
-        raise RuntimeError(f"go {' '.join(args)} in {cwd} did not finish within {BUILD_TIMEOUT_S}s") from None
+        raise RuntimeError(f"go {' '.join(args)} in {cwd} did not finish within {timeout_s:g}s") from None
+
+
+def _go(args: list[str], cwd: Path, cgo: bool = False) -> None:
+    proc = run_go(args, cwd, cgo=cgo)
     if proc.returncode != 0:
         raise RuntimeError(f"go {' '.join(args)} in {cwd} failed:\n{proc.stderr[-4000:]}")
 

@@ -37,7 +37,7 @@ from fake_devices.cli import main as devices_main
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.instruments.userinput import check_number, escape_controls, oneline
-from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, KUBELET_VERSIONS
+from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, FLOOR, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import OWNER_FILE, owned_dir
 from harness.launch.owners import PREFIX as OWNED_PREFIX
@@ -132,7 +132,8 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
                    help=f"kubelet release the fake kubelet imitates: {', '.join(KUBELET_VERSIONS)} or newest (default "
                         f"{DEFAULT_KUBELET_VERSION}); it decides the DRA and health versions negotiated, and the "
                         "release's known behaviours (1.37: device-plugin clients per socket, re-prepare resets "
-                        "devices)")
+                        f"devices). --node real builds any release from {FLOOR} on that the Go module proxy "
+                        "serves: a minor (its newest patch) or a patch (1.35.4)")
     p.add_argument("--control-plane", default="local", metavar="SPEC",
                    help="API server for DRA: local (kube-apiserver + etcd), kubeconfig:PATH (an existing "
                         "cluster), or none (checks that need one skip)")
@@ -187,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--mutant-bound", type=float, default=MUTANT_BOUND_S, metavar="SECONDS",
                      help=f"reaction bound for mutants, as the kill matrix uses (default {MUTANT_BOUND_S:g}); the "
                           "reference and benign behaviours keep the kubelet's own")
+    fid.add_argument("--kubelet-version", default="default", metavar="VERSION",
+                     help=f"the real kubelet's release: a minor from {FLOOR} on (its newest patch) or a patch "
+                          "(1.35.4), built from the Go module proxy; the fake runs its model of that minor "
+                          f"(default {DEFAULT_KUBELET_VERSION})")
     fid.add_argument("--out", default="fakelet-fidelity", help="report directory (default ./fakelet-fidelity)")
     fid.add_argument("-j", "--jobs", type=int, default=2, help="checks run in parallel (default 2)")
     fid.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
@@ -760,6 +765,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         raise UsageError("--defect needs --subject")
     if args.subject and args.targets:
         raise UsageError("give either --subject or --targets, not both")
+    fidelity.check_release(args.kubelet_version)  # before the report directory is made
     why = realnode_unavailable()
     if why:
         raise UsageError(f"fidelity needs a real kubelet, and this machine cannot run one: {why}")

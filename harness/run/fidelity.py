@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.runconfig import RunConfig
+from harness.config.runconfig import RunConfig, check_kubelet_version
+from harness.kubelet.versions import KUBELET_VERSIONS, minor_of
 from harness.spec.checks import catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
 from reports.model import NOT_EXERCISED, SKIP, SubjectReport
@@ -180,15 +181,28 @@ def is_mutant(target: Target) -> bool:
     return defect is not None and bool(defect.kills)
 
 
+def check_release(release: str) -> dict[str, str]:
+    """--kubelet-version for each node: the real node builds the release asked for, the fake runs its model
+    of that release's minor; a ProfileError (or ValueError) when either cannot."""
+    check_kubelet_version(release, "real")
+    try:
+        check_kubelet_version(minor_of(release), "fake")
+    except ValueError:
+        raise ProfileError(f"--kubelet-version {release}: the fake kubelet has no model of {minor_of(release)} "
+                           f"to compare with (it models {', '.join(KUBELET_VERSIONS)})") from None
+    return {"real": release, "fake": minor_of(release)}
+
+
 def build_runs(target: Target, args: argparse.Namespace, out: Path) -> dict[str, RunConfig]:
     """The target's run on each kubelet: the same checks, profile, seed and bound; only the node differs.
 
     Mutants run under --mutant-bound (as the kill matrix does), so that catching a plugin that never
     reacts costs seconds; the reference and benign behaviours under the kubelet's own bounds."""
     bound = args.mutant_bound if is_mutant(target) else None
+    versions = check_release(getattr(args, "kubelet_version", "default"))  # benchmarks' args have none
     return {node: RunConfig.build(subject=target.subject, defect=target.defect, profile=args.profile,
                                   seed=args.seed, checks=target_checks(target), out=str(out / target.slug / node),
-                                  node=node, reaction_bound=bound)
+                                  node=node, reaction_bound=bound, kubelet_version=versions[node])
             for node in NODES}
 
 

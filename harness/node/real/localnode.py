@@ -49,7 +49,7 @@ from harness.node.real import configs, image
 from harness.node.real.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups, remove_cgroups
 from harness.node.real.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
 from harness.node.real.namespace import Daemon, NamespaceError, NodeNamespace
-from harness.node.real.releases import REAL_KUBELET_MODULES
+from harness.node.real.releases import ReleaseUnavailable, module_for
 from harness.node.relay.dp import DevicePluginRelay
 from harness.spec.profiles import Profile
 
@@ -107,8 +107,14 @@ def unavailable() -> str | None:
 
 
 def find_kubelet(release: str | None = None) -> tuple[Path, str | None]:
-    """The real kubelet of `release` (releases.py; None: the default module's), built on first use."""
-    module = REAL_KUBELET_MODULES[release] if release is not None else None
+    """The real kubelet of `release` ("1.35": its newest patch, "1.35.4"; None: the default module's),
+    built on first use (releases.py); ControlPlaneUnavailable naming the release when it cannot be."""
+    try:
+        module = module_for(release) if release is not None else None
+    except (ReleaseUnavailable, ValueError) as err:
+        # The type every caller of a kube build already turns into a skip (prepare, prebuild, tests);
+        # the reason names the release (most of releases.py's already do).
+        raise ControlPlaneUnavailable(str(err) if release in str(err) else f"kubelet {release}: {err}") from None
     return find_kube_binary("kubelet", KUBELET_PACKAGE, module, why="for the real node")
 
 
