@@ -24,7 +24,12 @@ from harness.world.env import DPEnv
 from harness.world.probe import ProbeClient
 
 Test = Callable[[int | None, int | None], bool]
-HOLD_S = NODE_STATUS_S  # a state must last one real node-status period to count (wait_held)
+# A state must outlast one real node-status period to count (wait_held). Exactly one period is too
+# little: a state carried by a single status report lasts about one period on the API server, give or
+# take the status loop's jitter, and the real kubelet posts one even for a list its plugin withdrew a
+# moment before (the close-stream mutant's 4 devices, posted 7 ms after its stream ended, stood 1.02 s).
+# Half a period more asks for a state that a second report carried too.
+HOLD_S = 1.5 * NODE_STATUS_S
 
 
 def device_count(env: DPEnv) -> int | None:
@@ -53,9 +58,11 @@ def wait_held(env: DPEnv, test: Test, since_ns: int, awaiting: str) -> Event:
     while True:
         reached = env.node.wait_resource(resource, test, since_ns, max(deadline - time.monotonic(), 0.001),
                                          awaiting)
+        # The hold runs from the moment the state was reached, not from when it was seen.
+        left = HOLD_S - (env.now() - reached.t_ns) / 1e9
         try:
             broken = env.node.wait_resource(resource, lambda cap, alloc: not test(cap, alloc), reached.t_ns,
-                                            HOLD_S, "")
+                                            max(left, 0.001), "")
         except WaitTimeout:
             return reached
         since_ns = broken.t_ns
