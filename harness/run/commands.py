@@ -45,16 +45,16 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import fidelity
+from harness.run import fidelity, scenariocli
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
 from harness.scenarios import library
+from harness.scenarios.check import DEFAULT_SUBJECT, ScenarioProblems, check_file, inventory_ids, world_problems
 from harness.scenarios.repro import write_repros
 from harness.scenarios.runner import describe as describe_scenario
 from harness.scenarios.runner import run_scenario
 from harness.scenarios.schema import Scenario
-from harness.scenarios.schema import load as load_scenario
 from harness.spec.checks import SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
@@ -139,9 +139,8 @@ def _add_world_flags(p: argparse.ArgumentParser) -> None:
                         "cluster), or none (checks that need one skip)")
 
 
-DEFAULT_SUBJECT = {"device-plugin": "reference-dp", "dra": "reference-dra"}  # a scenario file that names none
 MAX_REPEAT = 100  # more runs than this is a soak, not a reproduction
-SCENARIO_COMMANDS = ("list", "show", "run", "-h", "--help")
+SCENARIO_COMMANDS = ("list", "show", "run", "check", "vocabulary", "-h", "--help")
 MUTANT_BOUND_S = 6.0  # fidelity: the real kubelet reacts within its 1 s node-status period (plus the 1 s hold)
 MAX_TOLERATION_S = 3600  # a story longer than an hour is a soak, not a reproduction
 MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C", which is the default
@@ -213,19 +212,33 @@ def build_parser() -> argparse.ArgumentParser:
     steps.add_parser("list", help="one line per bundled scenario: name, title, upstream link")
     show = steps.add_parser("show", help="a scenario's report, steps and expected verdicts")
     show.add_argument("name", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    words = steps.add_parser("vocabulary", help="every step and condition a scenario file can use: keys, values, "
+                                                "defaults, what is counted and which kubelets show it")
+    words.add_argument("name", nargs="?", metavar="STEP|CONDITION", help="only this step or condition")
+    words.add_argument("--format", default="text", choices=["text", "markdown"],
+                       help="text (default) or markdown (the whole reference page, for the docs)")
+    lint = steps.add_parser("check", help="check scenario files completely before anything runs: every problem, "
+                                          "as file:line: field: problem")
+    lint.add_argument("files", nargs="+", metavar="FILE", help="a scenario file (or a bundled scenario's name)")
     play = steps.add_parser("run", help="run a scenario: reproduced, not reproduced, or inconclusive")
     play.add_argument("name", nargs="?", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
     play.add_argument("--file", metavar="PATH", help="a scenario file of your own (fixtures/scenarios/*.yaml's form)")
     _add_subject_flags(play, many=False)
     _add_one_off_flags(play)
     _add_world_flags(play)
-    play.add_argument("--node", default="fake", choices=["fake", "real"],
-                      help="fake (fakelet's kubelet, default) or real (kubelet v1.36 from the Go module proxy; root)")
+    play.add_argument("--node", choices=["fake", "real"],
+                      help="fake (fakelet's kubelet, default) or real (kubelet v1.36 from the Go module proxy; root); "
+                           "with --case all, only the cases on that node")
+    play.add_argument("--case", metavar="NAME|N|all",
+                      help="run the file's promised cases (all, a number, or a name as `scenario show` lists them) "
+                           "and report each against its promise: exit 1 when one is broken, 3 when one could not "
+                           "run here")
     play.add_argument("--repeat", type=int, default=1, metavar="N",
                       help=f"run it N times (races): how many of N reproduced it (at most {MAX_REPEAT})")
     play.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                       help="waits and expectations without their own `within` use this bound instead of the "
-                           "kubelet's 30 s (for mutants that never react; a reproduction may then differ)")
+                           "kubelet's 30 s (for mutants that never react; a reproduction may then differ); with "
+                           "--case, only the cases promised reproduced")
     play.add_argument("--toleration-seconds", type=int, metavar="N",
                       help="taint-eviction story: the pod tolerates the NoExecute taint for N seconds")
     play.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
@@ -652,7 +665,9 @@ def cmd_subjects() -> int:
         if spec.description:
             print(f"  {spec.description}")
         for d in spec.defects.values():
-            print(f"  --defect {d.name:24} fails {', '.join(d.kills)}")
+            # What it does, then what catches it: a defect is a bug of its own, not only a list of checks.
+            print(f"  --defect {d.name:26} {d.description or '(no description in its subject file)'}")
+            print(f"  {'':35} fails {', '.join(d.kills) or 'no check (it must pass every one it runs)'}")
     return EXIT_OK
 
 
@@ -705,13 +720,25 @@ def cmd_scenario(args: argparse.Namespace) -> int:
     if args.scenario_command == "show":
         print("\n".join(describe_scenario(library.find(args.name))))
         return EXIT_OK
+    if args.scenario_command == "vocabulary":
+        return scenariocli.cmd_vocabulary(args)
+    if args.scenario_command == "check":
+        return scenariocli.cmd_check(args)
     return cmd_scenario_run(args)
 
 
 def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario, checked as `fakelet scenario check` checks it: every problem is an error before anything
+    starts (one `fakelet: error:` line each)."""
     if (args.name is None) == (args.file is None):
         raise UsageError("give a scenario NAME (fakelet scenario list) or --file PATH, one of them")
-    return library.find(args.name) if args.name else load_scenario(Path(args.file))
+    if args.name:
+        library.find(args.name)  # an unknown name: the known ones
+    scenario, problems = check_file(library.scenario_dir() / f"{args.name}.yaml" if args.name else Path(args.file))
+    if problems:
+        raise ScenarioProblems(problems)
+    assert scenario is not None
+    return scenario
 
 
 def cmd_scenario_run(args: argparse.Namespace) -> int:
@@ -721,11 +748,24 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--repeat {args.repeat}: must be between 1 and {MAX_REPEAT}")
     check_one_subject(args)
     scenario = scenario_of(args)
+    out = check_out(args.out)
+    if args.case is not None:
+        scenariocli.check_case_flags(args)
+        scenariocli.select_cases(scenario, args.case, args.node)  # a bad --case before the old report goes
+        fresh_out(out)
+        return scenariocli.run_cases(args, scenario, out, lambda one, where: scenario_once(one, scenario, where))
+    report = scenario_once(args, scenario, out)
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[report.status()]
+
+
+def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> SubjectReport:
+    """One run of `scenario` as the flags say (--repeat times), its report written to `out` and printed."""
+    args.node = args.node or "fake"
     if args.seed is None:
         args.seed = scenario.seed
     if args.defect is None and scenario.defect and not (args.subject or args.subject_file or args.plugin_cmd):
         args.defect = scenario.defect  # a repro file's mutant, on the subject it names
-    out = check_out(args.out)
     chosen = args.subject or (None if args.plugin_cmd is not None or args.subject_file or args.image
                               else scenario.subject or DEFAULT_SUBJECT[scenario.kind])
     run = build_run(args, chosen, str(out))
@@ -734,6 +774,11 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
     if args.node not in scenario.nodes:
         raise UsageError(f"scenario {scenario.name} runs on {', '.join(scenario.nodes)} kubelets, not --node "
                          f"{args.node}")
+    if inventory_ids(run.spec) is not None:
+        # The devices the steps name, in the inventory of the subject this run chose (a file of the user's own).
+        problems = world_problems(scenario, run.spec)
+        if problems:
+            raise ScenarioProblems(problems)
     reap_dead_runs()
     stage = staging_dir(out)  # as `fakelet run`: the earlier report stays whole until this one exists
     try:
@@ -752,8 +797,7 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
         runs = report.facts["scenario"]
         tally = f" ({runs['reproduced']} of {runs['runs']} runs reproduced it)" if runs["runs"] > 1 else ""
         print(f"\nverdict: {outcome.upper()}{tally}")
-    print(f"\nreports: {out}/")
-    return EXIT_CODES[report.status()]
+    return report
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from harness.instruments.timeline import Event, WaitTimeout
 from harness.scenarios.outcomes import Inconclusive, Symptom
 from harness.scenarios.state import Crash, StageState
 from harness.scenarios.step import Step
+from harness.spec.subjects import free_port, render
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
 
@@ -52,7 +53,7 @@ class PluginSteps(StageState):
             subject.restart(crash=True)
             self.tell("plugin crashed (SIGKILL) and was started again")
         else:
-            self._rolling_update(list(step.options.get("args", [])))
+            self._rolling_update(self._rendered_args(step))
 
     def _arm_crash(self, method: str, restart: bool) -> None:
         """SIGKILL the plugin as the kubelet sends its next `method` call (and start it again for a crash):
@@ -77,6 +78,19 @@ class PluginSteps(StageState):
         arm_call_hook(self.env.timeline, CallHook(method, fire, crash.ended.set))
         self.tell(f"armed: the plugin is killed{' and started again' if restart else ''} as the kubelet "
                   f"sends its next {method}")
+
+    def _rendered_args(self, step: Step) -> list[str]:
+        """A rolling update's `args:` with their placeholders filled as the subject's own command's were: left
+        as text, `{plugins_dir}/{driver}` reached the plugin literally and it wrote under fakelet's working
+        directory. The new instance gets a port of its own, as a new pod would."""
+        args = list(step.options.get("args", []))
+        values = getattr(self.env, "placeholders", None)
+        if not values:
+            if any(isinstance(a, str) and "{" in a for a in args):
+                raise Inconclusive(f"{step.where}: args: this node's subject has no placeholders to fill them with")
+            return args
+        fresh = {**values, "free_port": str(free_port())}
+        return [render(a, fresh, f"{step.where}.args[{n}]") for n, a in enumerate(args)]
 
     def _rolling_update(self, args: list[str]) -> None:
         """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while

@@ -30,6 +30,7 @@ from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_con
 from harness.instruments.timeline import WaitTimeout
 from harness.node.real.localnode import NodeAccess
 from harness.node.real.localnode import unavailable as realnode_unavailable
+from harness.scenarios.check import case_name
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Scenario
 from harness.scenarios.stage import Inconclusive, Stage, Symptom
 from harness.spec.checks import split_install
@@ -229,8 +230,9 @@ def describe(scenario: Scenario) -> list[str]:
     out.append("  steps:")
     out += [f"    {n + 1:2}. {s.describe()}" for n, s in enumerate(scenario.steps)]
     if scenario.cases:
-        out.append("  expected verdicts:")
-        out += [f"    - {c.describe()}{f'  ({c.why})' if c.why else ''}" for c in scenario.cases]
+        out.append("  expected verdicts (fakelet scenario run NAME --case N|CASE|all):")
+        out += [f"    {n}. {case_name(scenario, c)}: {c.describe()}{f'  ({c.why})' if c.why else ''}"
+                for n, c in enumerate(scenario.cases, 1)]
     return out
 
 

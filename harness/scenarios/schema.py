@@ -13,6 +13,7 @@ who has never read this code can write one.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,46 +91,72 @@ def loads(text: str, source: str) -> Scenario:
 
 
 def from_doc(doc: YamlDoc, path: Path) -> Scenario:
+    scenario, problems = examine(doc, path)
+    if problems:
+        raise ProfileError(problems[0])
+    assert scenario is not None
+    return scenario
+
+
+def examine(doc: YamlDoc, path: Path) -> tuple[Scenario | None, list[str]]:
+    """Every problem of a scenario document (`file:line: field: problem`), first found first, and the scenario
+    its well-formed parts make (its bad steps and cases left out), or None when too little is well formed
+    (not a mapping, no valid kind, no list of steps). `fakelet scenario check` reports them all."""
     source = str(path)
+    problems: list[str] = []
 
     def where(field_path: str) -> str:
         line = _line_of(doc.lines, field_path)
         return f"{source}:{line}: {field_path}" if line else f"{source}: {field_path}"
 
     for key, line in doc.duplicates:
-        raise ProfileError(f"{source}:{line}: {key}: given twice")
+        problems.append(f"{source}:{line}: {key}: given twice")
     data = doc.data
     if not isinstance(data, dict):
-        raise ProfileError(f"{source}: a scenario is a mapping (title, upstream, correct, bug, kind, steps, ...)")
-    unknown = sorted(set(data) - TOP_KEYS)
-    if unknown:
-        raise ProfileError(f"{where(unknown[0])}: unknown field; known: {', '.join(sorted(TOP_KEYS))}")
-    for key in REQUIRED:
-        if key not in data:
-            raise ProfileError(f"{source}: {key}: required")
+        return None, [*problems, f"{source}: a scenario is a mapping (title, upstream, correct, bug, kind, steps, "
+                                 "...)"]
+    problems += [f"{where(key)}: unknown field; known: {', '.join(sorted(TOP_KEYS))}"
+                 for key in sorted(set(data) - TOP_KEYS, key=str)]
+    problems += [f"{source}: {key}: required" for key in REQUIRED if key not in data]
     for key in ("title", "upstream", "correct", "bug", "notes", "subject", "defect"):
         if key in data and not (isinstance(data[key], str) and data[key].strip()):
-            raise ProfileError(f"{where(key)}: must be a non-empty string")
-    if "upstream" in data and not URL.fullmatch(data["upstream"].strip()):
-        raise ProfileError(f"{where('upstream')}: must be the report's https:// link")
+            problems.append(f"{where(key)}: must be a non-empty string")
+    if isinstance(data.get("upstream"), str) and not URL.fullmatch(data["upstream"].strip()):
+        problems.append(f"{where('upstream')}: must be the report's https:// link")
     seed = data.get("seed", 0)
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED):
-        raise ProfileError(f"{where('seed')}: a whole number from 0 to {MAX_SEED} (as --seed)")
-    if data["kind"] not in KINDS:
-        raise ProfileError(f"{where('kind')}: {data['kind']!r} is not one of {', '.join(KINDS)}")
+        problems.append(f"{where('seed')}: a whole number from 0 to {MAX_SEED} (as --seed)")
+    kind = data.get("kind")
+    if "kind" in data and kind not in KINDS:
+        problems.append(f"{where('kind')}: {kind!r} is not one of {', '.join(KINDS)}")
     name = path.stem
     if not NAME.fullmatch(name):
-        raise ProfileError(f"{source}: the file name {name!r} is the scenario's name: letters, digits and '-'")
-    nodes = _nodes(data.get("nodes", ["fake"]), where)
-    affected, fixed = _real(data.get("real"), where, nodes)
-    steps = _steps(data["steps"], where, data["kind"])
-    cases = _cases(data.get("cases", []), where, nodes)
+        problems.append(f"{source}: the file name {name!r} is the scenario's name: letters, digits and '-'")
+    nodes: tuple[str, ...] = ("fake",)
+    affected = fixed = ""
+    try:
+        nodes = _nodes(data.get("nodes", ["fake"]), where)
+        affected, fixed = _real(data.get("real"), where, nodes)
+    except ProfileError as err:
+        problems.append(str(err))
+    # A kind that is wrong or missing: the steps are checked against both, and only what is wrong for both
+    # is reported (the kind's own problem says the rest).
+    steps, step_problems = _steps(data.get("steps"), where, kind) if "steps" in data else ((), [])
+    problems += step_problems
+    cases, case_problems = _cases(data.get("cases", []), where, nodes)
+    problems += case_problems
+    if kind not in KINDS or not steps or not all(isinstance(data.get(k), str) for k in REQUIRED if k != "steps"):
+        return None, problems
     return Scenario(name=name, title=data["title"].strip(), upstream=str(data.get("upstream", "")).strip(),
                     correct=" ".join(data["correct"].split()), bug=" ".join(data["bug"].split()),
-                    kind=data["kind"], steps=steps, subject=data.get("subject"), defect=data.get("defect"), seed=seed,
-                    nodes=nodes, affected=affected,
-                    fixed=fixed, cases=cases, notes=" ".join(str(data.get("notes", "")).split()), source=source,
-                    lines=dict(doc.lines))
+                    kind=kind, steps=steps, subject=_text(data.get("subject")), defect=_text(data.get("defect")),
+                    seed=seed if isinstance(seed, int) else 0, nodes=nodes, affected=affected, fixed=fixed,
+                    cases=cases, notes=" ".join(str(data.get("notes", "")).split()), source=source,
+                    lines=dict(doc.lines)), problems
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _line_of(lines: dict[str, int], field_path: str) -> int | None:
@@ -172,56 +199,93 @@ def _real(value: Any, where: Any, nodes: tuple[str, ...]) -> tuple[str, str]:
     return out[0], out[1]
 
 
-def _steps(value: Any, where: Any, kind: str) -> tuple[Step, ...]:
+def _steps(value: Any, where: Any, kind: Any) -> tuple[tuple[Step, ...], list[str]]:
+    """(the well-formed steps, a problem for each other one)."""
     if not isinstance(value, list) or not value:
-        raise ProfileError(f"{where('steps')}: a non-empty list of steps")
-    steps = []
+        return (), [f"{where('steps')}: a non-empty list of steps"]
+    steps, problems = [], []
     for n, raw in enumerate(value):
         path = f"steps[{n}]"
         if not isinstance(raw, dict) or not raw:
-            raise ProfileError(f"{where(path)}: a step is a mapping with one action ({', '.join(ACTIONS)})")
+            problems.append(f"{where(path)}: a step is a mapping with one action ({', '.join(ACTIONS)})")
+            continue
         actions = [k for k in raw if k in ACTIONS]
         if len(actions) != 1:
             what = f"{len(actions)} actions ({', '.join(actions)})" if actions else \
                 f"no action (keys: {', '.join(map(str, raw))})"
-            raise ProfileError(f"{where(path)}: a step has exactly one action of {', '.join(ACTIONS)}; "
-                               f"this one has {what}")
+            problems.append(f"{where(path)}: a step has exactly one action of {', '.join(ACTIONS)}; this one has "
+                            f"{what}")
+            continue
         action = actions[0]
         options = {k: v for k, v in raw.items() if k != action}
         step = Step(action, raw[action], options, where(path), n)
-        problem = check_step(step, kind)
+        problem, not_finite = _step_problem(step, kind), _not_finite(raw)
+        if problem and not_finite and not_finite[0] == problem[0]:
+            problem = (problem[0], f"{problem[1]} ({not_finite[1]})")
+        problem = problem or not_finite
         if problem:
             field_path, message = problem
-            raise ProfileError(f"{where(path + ('.' + field_path if field_path else ''))}: {message}")
+            problems.append(f"{where(path + ('.' + field_path if field_path else ''))}: {message}")
+            continue
         steps.append(step)
-    if not any(s.action in ("expect", "story", "check") for s in steps):
-        raise ProfileError(f"{where('steps')}: no expect step: a scenario must say what the correct behaviour is")
-    return tuple(steps)
+    if not problems and not any(s.action in ("expect", "story", "check") for s in steps):
+        problems.append(f"{where('steps')}: no expect step: a scenario must say what the correct behaviour is")
+    return tuple(steps), problems
 
 
-def _cases(value: Any, where: Any, nodes: tuple[str, ...]) -> tuple[Case, ...]:
+def _step_problem(step: Step, kind: Any) -> tuple[str, str] | None:
+    """The step's problem for its scenario's kind; for a kind that is wrong or missing, the problem it has for
+    every kind (none if it suits one of them)."""
+    if kind in KINDS:
+        return check_step(step, kind)
+    found = [check_step(step, k) for k in KINDS]
+    return found[0] if all(found) else None
+
+
+def _not_finite(value: Any, path: str = "") -> tuple[str, str] | None:
+    """The first NaN or infinity under a step (YAML's .nan, .inf) that its own check let through: no step takes one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, f"{value!r} is not a finite number"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        sub = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        found = _not_finite(inner, sub)
+        if found:
+            return found
+    return None
+
+
+def _cases(value: Any, where: Any, nodes: tuple[str, ...]) -> tuple[tuple[Case, ...], list[str]]:
+    """(the well-formed cases, a problem for each other one)."""
     if not isinstance(value, list):
-        raise ProfileError(f"{where('cases')}: a list of {{verdict, subject, defect, node, kubelet_version}}")
-    cases = []
+        return (), [f"{where('cases')}: a list of {{verdict, subject, defect, node, kubelet_version}}"]
+    cases, problems = [], []
     for n, raw in enumerate(value):
         path = f"cases[{n}]"
-        if not isinstance(raw, dict):
-            raise ProfileError(f"{where(path)}: a mapping with verdict and the subject, defect, node it is for")
-        unknown = sorted(set(raw) - CASE_KEYS)
-        if unknown:
-            raise ProfileError(f"{where(path + '.' + unknown[0])}: unknown field; known: "
-                               f"{', '.join(sorted(CASE_KEYS))}")
-        if raw.get("verdict") not in OUTCOMES:
-            raise ProfileError(f"{where(path + '.verdict')}: one of {', '.join(OUTCOMES)}")
-        node = raw.get("node", "fake")
-        if node not in nodes:
-            raise ProfileError(f"{where(path + '.node')}: {node!r} is not in the scenario's nodes ({', '.join(nodes)})")
-        version = raw.get("kubelet_version")
-        if version is not None and not (isinstance(version, str) and VERSION.fullmatch(version)):
-            raise ProfileError(f"{where(path + '.kubelet_version')}: a version like '1.36' (quote it in YAML)")
-        for key in ("subject", "defect", "why"):
-            if key in raw and not (isinstance(raw[key], str) and raw[key]):
-                raise ProfileError(f"{where(path + '.' + key)}: a non-empty string")
-        cases.append(Case(raw["verdict"], raw.get("subject"), raw.get("defect"), node, version,
-                          raw.get("why", ""), where(path)))
-    return tuple(cases)
+        problem = _case_problem(raw, path, where, nodes)
+        if problem:
+            problems.append(problem)
+            continue
+        cases.append(Case(raw["verdict"], raw.get("subject"), raw.get("defect"), raw.get("node", "fake"),
+                          raw.get("kubelet_version"), raw.get("why", ""), where(path)))
+    return tuple(cases), problems
+
+
+def _case_problem(raw: Any, path: str, where: Any, nodes: tuple[str, ...]) -> str | None:
+    if not isinstance(raw, dict):
+        return f"{where(path)}: a mapping with verdict and the subject, defect, node it is for"
+    unknown = sorted(set(raw) - CASE_KEYS, key=str)
+    if unknown:
+        return f"{where(path + '.' + str(unknown[0]))}: unknown field; known: {', '.join(sorted(CASE_KEYS))}"
+    if raw.get("verdict") not in OUTCOMES:
+        return f"{where(path + '.verdict')}: one of {', '.join(OUTCOMES)}"
+    node = raw.get("node", "fake")
+    if node not in nodes:
+        return f"{where(path + '.node')}: {node!r} is not in the scenario's nodes ({', '.join(nodes)})"
+    version = raw.get("kubelet_version")
+    if version is not None and not (isinstance(version, str) and VERSION.fullmatch(version)):
+        return f"{where(path + '.kubelet_version')}: a version like '1.36' (quote it in YAML)"
+    for key in ("subject", "defect", "why"):
+        if key in raw and not (isinstance(raw[key], str) and raw[key]):
+            return f"{where(path + '.' + key)}: a non-empty string"
+    return None

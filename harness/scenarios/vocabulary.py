@@ -2,7 +2,9 @@
 
 This module only says what is well formed (the loader calls `check_step`, so a
 typo is an error with its line before anything starts); harness/scenarios/stage.py
-carries the steps out.
+carries the steps out. The reference for people is `fakelet scenario vocabulary`
+(harness/scenarios/manual.py), generated from the tables below (ACTIONS, the ops,
+CONDITION_SHAPES, ...); what follows is a summary for readers of this code.
 
 Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
@@ -103,6 +105,29 @@ POD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
 DEVICE_VALUE_MAX = {"count": MAX_ECC_BURST, "code": MAX_XID}
 TEMPERATURES = f"{TEMPERATURE_RANGE_C[0]:g} to {TEMPERATURE_RANGE_C[1]:g}"
 MAX_RAMP_STEPS = 1000  # one step per period: more is a soak, and every step is held in memory
+
+# The keys of the conditions that are mappings, and what each takes (`_shape` says how each is checked); the
+# validator and `fakelet scenario vocabulary` (manual.py) both read these, so the two cannot disagree.
+CONDITION_SHAPES: dict[str, dict[str, Any]] = {
+    "pod": {"name": str, "phase": PHASES, "reason": str},
+    "pod_devices": {"pod": str, "count": "count"},
+    "resources_status": {"pod": str, "health": HEALTH},
+    "calls": {"method": str, "count": "count", "since": SINCE},
+    "checkpoint": {"pod": str, "devices": "count", "claims": "count"},
+    "cdi": {"pod": str, "present": bool},
+    "dialed": {"socket": str, "count": "count", "plugin_instance": "instance", "since": SINCE},
+    "slices": {"devices": "count"},
+}
+CONDITION_REQUIRED: dict[str, tuple[str, ...]] = {
+    "pod": ("name",), "pod_devices": ("pod", "count"), "resources_status": ("pod", "health"),
+    "calls": ("method", "count"), "cdi": ("pod", "present"), "dialed": ("socket",), "slices": ("devices",)}
+# pod_resources asks about a pod (List or Get) or the node (GetAllocatableResources): one shape each.
+POD_RESOURCES_SHAPES: dict[str, dict[str, Any]] = {
+    "pod": {"pod": str, "resource": str, "devices": "count", "present": bool, "via": PODRESOURCES_VIA},
+    "allocatable": {"allocatable": str, "devices": "count"},
+}
+# A resource count: capacity or allocatable of any extended resource the node reports.
+RESOURCE_SHAPE: dict[str, Any] = {"resource": str, "count": "number"}
 
 Problem = tuple[str, str] | None  # (field path under the step, message)
 
@@ -404,23 +429,10 @@ def _condition(key: str, value: Any) -> Problem:
         return "", "a mapping"
     if key == "pod_resources":
         return _pod_resources(value)
-    shapes: dict[str, dict[str, Any]] = {
-        "pod": {"name": str, "phase": PHASES, "reason": str},
-        "pod_devices": {"pod": str, "count": "count"},
-        "resources_status": {"pod": str, "health": HEALTH},
-        "calls": {"method": str, "count": "count", "since": SINCE},
-        "checkpoint": {"pod": str, "devices": "count", "claims": "count"},
-        "cdi": {"pod": str, "present": bool},
-        "dialed": {"socket": str, "count": "count", "plugin_instance": "instance", "since": SINCE},
-        "slices": {"devices": "count"},
-    }
-    problem = _shape(value, shapes[key])
+    problem = _shape(value, CONDITION_SHAPES[key])
     if problem:
         return problem
-    required = {"pod": ("name",), "pod_devices": ("pod", "count"), "resources_status": ("pod", "health"),
-                "calls": ("method", "count"), "cdi": ("pod", "present"), "dialed": ("socket",),
-                "slices": ("devices",)}.get(key, ())
-    missing = [r for r in required if r not in value]
+    missing = [r for r in CONDITION_REQUIRED.get(key, ()) if r not in value]
     if missing:
         return missing[0], "required"
     if key == "checkpoint" and not ({"pod", "claims", "devices"} & set(value)):
@@ -465,7 +477,7 @@ def _number_count(value: Any) -> bool:
 
 
 def _resource_count(value: dict[str, Any]) -> Problem:
-    problem = _shape(value, {"resource": str, "count": "number"})
+    problem = _shape(value, RESOURCE_SHAPE)
     if problem is None and "count" not in value:
         return "count", "required with resource"
     return problem
@@ -476,12 +488,11 @@ def _pod_resources(value: dict[str, Any]) -> Problem:
         return "", ("{pod: NAME, devices: COUNT} (List, or via: Get) or {allocatable: R, devices: COUNT} "
                     "(GetAllocatableResources): exactly one of pod and allocatable")
     if "allocatable" in value:
-        problem = _shape(value, {"allocatable": str, "devices": "count"})
+        problem = _shape(value, POD_RESOURCES_SHAPES["allocatable"])
         if problem is None and "devices" not in value:
             return "devices", "required with allocatable"
         return problem
-    problem = _shape(value, {"pod": str, "resource": str, "devices": "count", "present": bool,
-                             "via": PODRESOURCES_VIA})
+    problem = _shape(value, POD_RESOURCES_SHAPES["pod"])
     if problem is None and not ({"devices", "present"} & set(value)):
         return "", "say what to expect of the pod: devices: COUNT, present: true | false, or both"
     return problem

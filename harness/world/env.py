@@ -114,6 +114,9 @@ class DPEnv:
         self.access: AccessTrace | None = None  # what the plugin reads of the fake hardware
         self.levelzero: LevelZeroSidecar | None = None  # the drm skins' Level-Zero health sidecar
         self.nvml_offered: list[str] = []  # where the plugin could find the NVML library (the report's fact)
+        # The subject's rendered placeholders ({plugin_dir}, ...), kept so that a scenario's templates (a rolling
+        # update's args) render against the same sandbox: computing them again would start a second backend.
+        self.placeholders: dict[str, str] = {}
         self.sandbox = Sandbox()
         # From here on whatever stops the constructor (an interrupt included) must not leave the sandbox or
         # the fake hardware behind: no fixture holds this object yet to close it.
@@ -280,7 +283,7 @@ class DPEnv:
             raise SubjectUnavailable(f"subject {self.spec.name}: no binary built (needs Go to build it)")
         for name in self.spec.dev_files:
             (self.sandbox.dev_dir / name).touch()
-        values = self._placeholders()
+        values = self.placeholders = self._placeholders()
         used = [*self.spec.command, *(self.spec.defect_args if self.defect else []), *self.spec.env.values()]
         for name in empty_placeholders(used, values, self.spec.source):
             self.timeline.record("subject.placeholder_empty", "harness", placeholder=name, why=EMPTY_OK[name])

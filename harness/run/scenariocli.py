@@ -1,0 +1,198 @@
+"""`fakelet scenario vocabulary`, `fakelet scenario check` and `fakelet scenario run --case`.
+
+commands.py parses the flags and runs one scenario; this holds what a person writing a scenario
+uses besides: the vocabulary as a reference, the check of a file before anything runs, and the
+file's promised cases run one by one and reported against their promises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.node.real.localnode import unavailable as realnode_unavailable
+from harness.scenarios import library, manual
+from harness.scenarios.check import DEFAULT_SUBJECT, case_name, check_file
+from harness.scenarios.schema import INCONCLUSIVE, Case, Scenario
+from harness.spec.subjects import ProfileError
+from reports.model import SubjectReport
+
+KEPT, BROKEN, SKIPPED = "kept", "BROKEN", "skipped"
+EXIT_KEPT, EXIT_BROKEN, EXIT_USAGE, EXIT_UNJUDGED = 0, 1, 2, 3  # 3: as an inconclusive scenario's
+# The flags a case sets itself: with --case they would silently run something other than the promise.
+CASE_FLAGS = (("subject", "--subject"), ("subject_file", "--subject-file"), ("plugin_cmd", "--plugin-cmd"),
+              ("image", "--image"), ("defect", "--defect"))
+
+
+# -- vocabulary -----------------------------------------------------------------------------------------
+
+
+def cmd_vocabulary(args: argparse.Namespace) -> int:
+    if args.format == "markdown":
+        if args.name:
+            raise ProfileError("--format markdown writes the whole reference page; give no NAME")
+        print(manual.markdown(), end="")
+        return 0
+    if args.name is None:
+        print(manual.text(), end="")
+        return 0
+    found = manual.find(args.name)
+    if not found:
+        raise ProfileError(f"no step or condition {args.name!r}; known: {', '.join(manual.names())}")
+    print(manual.text(found), end="")
+    return 0
+
+
+# -- check ----------------------------------------------------------------------------------------------
+
+
+def scenario_path(target: str) -> Path:
+    """A file, or a bundled scenario by name."""
+    path = Path(target)
+    if path.exists() or path.is_symlink() or "/" in target or target.endswith((".yaml", ".yml")):
+        return path
+    bundled = library.scenario_dir() / f"{target}.yaml"
+    if bundled.is_file():
+        return bundled
+    raise ProfileError(f"{target}: no such file, and no bundled scenario of that name "
+                       f"(fakelet scenario list: {', '.join(library.names())})")
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every problem of every file, `file:line: field: problem`; exit 1 when any file has one."""
+    bad = 0
+    for target in args.files:
+        try:
+            path = scenario_path(target)
+        except ProfileError as err:
+            print(f"{err}")
+            bad += 1
+            continue
+        scenario, problems = check_file(path)
+        for problem in problems:
+            print(problem)
+        if problems:
+            bad += 1
+            print(f"{path}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+        elif scenario is not None:
+            print(f"{path}: ok: {scenario.kind}, {len(scenario.steps)} steps, {len(scenario.cases)} promised "
+                  f"case{'s' if len(scenario.cases) != 1 else ''}")
+    return EXIT_BROKEN if bad else EXIT_KEPT
+
+
+# -- promised cases ---------------------------------------------------------------------------------------
+
+
+def select_cases(scenario: Scenario, selector: str, node: str | None) -> list[tuple[int, Case]]:
+    """The cases `--case` names: all (those on --node only, when given), a name (case_name) or a number."""
+    numbered = list(enumerate(scenario.cases, 1))
+    if not numbered:
+        raise ProfileError(f"scenario {scenario.name} promises no cases (its file has no cases:)")
+    if selector == "all":
+        picked = [(n, c) for n, c in numbered if node is None or c.node == node]
+        if not picked:
+            raise ProfileError(f"scenario {scenario.name} promises no case on the {node} kubelet")
+        return picked
+    picked = [(n, c) for n, c in numbered if selector in (str(n), case_name(scenario, c))]
+    if not picked:
+        known = ", ".join(f"{n} ({case_name(scenario, c)})" for n, c in numbered)
+        raise ProfileError(f"--case {selector}: scenario {scenario.name} has no such case; known: all, {known}")
+    return picked
+
+
+def check_case_flags(args: argparse.Namespace) -> None:
+    given = [flag for attr, flag in CASE_FLAGS if getattr(args, attr, None)]
+    if args.kubelet_version not in (None, "default"):
+        given.append("--kubelet-version")
+    if given:
+        raise ProfileError(f"--case runs each case's own subject, defect, node and kubelet; drop {', '.join(given)}")
+
+
+@dataclass
+class CaseRow:
+    number: int
+    name: str
+    promised: str
+    got: str
+    status: str  # KEPT, BROKEN or SKIPPED
+    why: str = ""
+    report: str = ""
+
+
+RunOne = Callable[[argparse.Namespace, Path], SubjectReport]
+
+
+def run_cases(args: argparse.Namespace, scenario: Scenario, out: Path, run_one: RunOne) -> int:
+    """Each selected case as its own run (out/cases/NN-NAME/), then the table of promises: exit 1 when one is
+    broken, 3 when none is but some could not run here, 0 when every one ran and held."""
+    check_case_flags(args)
+    picked = select_cases(scenario, args.case, args.node)
+    rows: list[CaseRow] = []
+    for number, case in picked:
+        name = case_name(scenario, case)
+        print(f"\n== case {number}: {name}: promised {case.verdict}", flush=True)
+        rows.append(_run_case(args, scenario, case, number, name, out, run_one))
+    _write_table(scenario, rows, out)
+    broken = [r for r in rows if r.status == BROKEN]
+    skipped = [r for r in rows if r.status == SKIPPED]
+    print(f"\npromises: {len(rows) - len(broken) - len(skipped)} kept, {len(broken)} broken, {len(skipped)} "
+          f"skipped (could not run here)\nreports: {out}/")
+    return EXIT_BROKEN if broken else EXIT_UNJUDGED if skipped else EXIT_KEPT
+
+
+def _run_case(args: argparse.Namespace, scenario: Scenario, case: Case, number: int, name: str, out: Path,
+              run_one: RunOne) -> CaseRow:
+    row = CaseRow(number, name, case.verdict, "", SKIPPED)
+    if case.node == "real":
+        missing = realnode_unavailable()
+        if missing:
+            row.got, row.why = "-", f"the real kubelet cannot run here: {missing}"
+            print(f"skipped: {row.why}")
+            return row
+    one = argparse.Namespace(**vars(args))
+    one.case, one.node = None, case.node
+    one.subject = case.subject or scenario.subject or DEFAULT_SUBJECT[scenario.kind]
+    one.defect = case.defect
+    one.kubelet_version = case.kubelet_version or "default"
+    # The bound is for mutants that never react: a promised reproduction waits it out, while the correct side
+    # keeps the kubelet's own (as the library's tests run them).
+    one.reaction_bound = args.reaction_bound if case.verdict == "reproduced" else None
+    directory = out / "cases" / f"{number:02d}-{re.sub(r'[^A-Za-z0-9.-]+', '-', name)}"
+    row.report = str(directory)
+    report = run_one(one, directory)
+    facts = report.facts.get("scenario") or {}
+    row.got = str(facts.get("outcome") or ("interrupted" if report.interrupted else "no verdict"))
+    if report.interrupted:
+        raise KeyboardInterrupt
+    check = report.checks[0] if report.checks else None
+    if row.got == INCONCLUSIVE and case.verdict != INCONCLUSIVE and check is not None and \
+            (check.install or case.node == "real"):
+        # Not the subject's doing: a part this machine lacks (an API server, the real node's tools).
+        row.why = (check.detail.splitlines() or [""])[0]
+        return row
+    row.status = KEPT if row.got == case.verdict else BROKEN
+    if row.status == BROKEN and check is not None:
+        row.why = (check.detail.splitlines() or [""])[0]
+    return row
+
+
+def _write_table(scenario: Scenario, rows: list[CaseRow], out: Path) -> None:
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'case':{width + 4}} {'promised':15} {'got':15} result"]
+    for r in rows:
+        lines.append(f"{r.number:2}. {r.name:{width}} {r.promised:15} {r.got:15} {r.status}"
+                     f"{f'  ({r.why[:160]})' if r.why else ''}")
+    print(f"\nscenario {scenario.name}: promised cases\n" + "\n".join(lines))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cases.json").write_text(json.dumps(
+        {"scenario": scenario.name, "upstream": scenario.upstream,
+         "cases": [vars(r) for r in rows]}, indent=2) + "\n")
+    table = ["| case | promised | got | result | why |", "| --- | --- | --- | --- | --- |"]
+    table += [f"| {r.number}. `{r.name}` | {r.promised} | {r.got} | {r.status} | {r.why.replace('|', '/')} |"
+              for r in rows]
+    (out / "cases.md").write_text(f"# {scenario.name}: promised cases\n\n{scenario.upstream}\n\n"
+                                  + "\n".join(table) + "\n")

@@ -1,0 +1,405 @@
+"""The scenario vocabulary as a reference for people: `fakelet scenario vocabulary [NAME]`.
+
+Every step and condition, its keys, what each takes, its default, and (for conditions) what is
+judged or counted, from when, and which kubelets can show it. What a key takes is read off the
+validator's own tables in vocabulary.py (the ops, the condition shapes, the ranges), never copied;
+what it means is written here, once, and tests/test_scenario_tools.py fails when a step, op,
+condition or key of the validator has no meaning here (or this names one the validator does not
+know). The same text renders as plain text for the terminal and as Markdown for the docs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.scenarios.vocabulary import (
+    ACTIONS,
+    CHECKPOINT_FAULTS,
+    COMPARISONS,
+    CONDITION_REQUIRED,
+    CONDITION_SHAPES,
+    CONDITIONS,
+    COUNT_WORDS,
+    DEVICE_OPS,
+    DEVICE_VALUE,
+    DEVICE_VALUE_MAX,
+    DP_ONLY,
+    DRA_ONLY,
+    KUBELET_CALLS,
+    KUBELET_OPS,
+    MAX_DURATION_S,
+    MAX_RAMP_STEPS,
+    NVML_CONTROLS,
+    PLUGIN_CALLS,
+    PLUGIN_OPS,
+    POD_RESOURCES_SHAPES,
+    RESOURCE_SHAPE,
+    SCRIPTS,
+    STORIES,
+    TAINT_EFFECTS,
+    TEMPERATURES,
+)
+from harness.spec.subjects import PLACEHOLDERS
+
+# -- the terms the entries use ------------------------------------------------------------------------
+
+COUNT = f"N | {' | '.join(COUNT_WORDS)} | {{{'|'.join(COMPARISONS)}: N | {' | '.join(COUNT_WORDS)}}}"
+DURATION = f"seconds (5, 2.5) or text ('5s', '500ms', '1m'), at most {MAX_DURATION_S:g}s"
+TERMS = {
+    "COUNT": f"{COUNT}. A bare value means equals. all: the subject's devices present now; healthy: those "
+             "present and healthy (read off the fake hardware when the count is judged).",
+    "DEV": "a device: its inventory ID (gpu-0), '@N' (the subject's N-th inventory device, from @0), or "
+           "'@pod:NAME' (the device the kubelet gave pod NAME). `fakelet scenario check` looks IDs up in the "
+           "inventory of every subject the file names.",
+    "S": f"a duration: {DURATION}.",
+    "C": f"a temperature in degrees C, {TEMPERATURES}.",
+}
+
+# -- what each step, op and key means ---------------------------------------------------------------------
+
+STEP_MEANING = {
+    "kubelet": "Start, stop, restart or reboot the kubelet (the fake one, or the real node's).",
+    "plugin": "Start, stop, kill or restart the subject, or roll it over to a second instance.",
+    "pod": "Create or delete a pod that asks for devices. A pod created while the kubelet is down is admitted "
+           "when it starts; a DRA pod gets one claim for N devices, through the real scheduler path.",
+    "device": "Change one fake device (what `fakelet devices` does in a live session), or make the fake NVML "
+              "library fail.",
+    "script": "A timed fault script on one device: it runs in the background; the next steps go on at once.",
+    "taint": "Taint a device with a DeviceTaintRule (DRA).",
+    "untaint": "Remove the DeviceTaintRule of a device (DRA).",
+    "hold": "Let time pass: a fault's duration (the kubelet stays down 5 s). Never a sync point: wait for what "
+            "you need instead.",
+    "wait": "A precondition: wait until every condition holds. If it never holds within the bound, the run is "
+            "inconclusive (the scenario could not get where the report starts).",
+    "expect": "The correct behaviour: every condition must hold within the bound (or for the whole span of "
+              "throughout). If it does not, the bug reproduced.",
+    "story": "A scripted story with its own verdict.",
+    "check": "Run one conformance check on this scenario's environment; its failure is the symptom.",
+}
+OP_MEANING = {
+    "kubelet": {
+        "start": "start the kubelet",
+        "stop": "stop it; its sockets stay behind, as a real kubelet's do",
+        "restart": "stop it and start a new instance, which deletes the plugin sockets, as the real one does",
+        "restart-keep-sockets": "stop and start it, the plugin sockets left in place",
+        "reboot": "stop everything, wipe every socket and the CDI dir, keep /var/lib/kubelet and the plugin's own "
+                  "state, start the kubelet, re-admit the pods that ran, then start the plugin",
+    },
+    "plugin": {
+        "start": "start the subject (before the kubelet, too)",
+        "stop": "SIGTERM",
+        "kill": "SIGKILL: no cleanup",
+        "restart": "SIGTERM, then start it again",
+        "crash": "SIGKILL, then start it again (its DaemonSet restarts it)",
+        "rolling-update": "a DaemonSet update with surge: a second instance (the command plus args) starts and "
+                          "registers while the first serves; then the first gets SIGTERM",
+    },
+    "device": {
+        "fail": "the device turns unhealthy", "recover": "it is healthy again",
+        "unplug": "it disappears", "plug": "it comes back",
+        "heat": "its temperature rises to `to`", "cool": "its temperature falls to `to`",
+        "ecc": "`count` uncorrectable ECC errors", "xid": "an NVIDIA XID event with `code`",
+        "nvml-init-error": "the fake NVML's nvmlInit returns this NVML code (0: works again)",
+        "nvml-wait-error": "its nvmlEventSetWait returns this NVML code (0: works again)",
+    },
+    "script": {
+        "flap": "fail and recover the device `cycles` times, `period` apart",
+        "ramp": "heat from `from` to `to` in steps of `step` every `period`, then cool back",
+        "unplug-replug": "unplug the device, and plug it back after `down`",
+        "ecc-burst": "`count` ECC errors, `period` apart",
+    },
+    "story": {"taint-eviction": "KEP-5055: a pod's device is tainted NoExecute; the pod is evicted (after its "
+                                "toleration), its claim unprepared and its CDI spec removed"},
+}
+VALUE_KEY_MEANING = {
+    "to": ("C", "the temperature"), "count": ("N", "how many"), "code": ("N", "the XID number"),
+    "period": ("S", "time between changes"), "cycles": ("N", "how many fail-recover cycles"),
+    "from": ("C", "the starting temperature"), "step": ("C", "degrees per change"),
+    "down": ("S", "how long the device stays unplugged"),
+}
+CONDITION_MEANING = {
+    "registered": "the plugin registered with the running kubelet instance",
+    "capacity": "the node's capacity of the subject's resource (or of `resource`)",
+    "allocatable": "the node's allocatable of the subject's resource (or of `resource`)",
+    "pod": "a pod's phase and reason",
+    "pod_devices": "the devices (of every resource) the kubelet's PodResources List gives a pod",
+    "pod_resources": "the PodResources API as a monitoring agent reads it: List (or Get) for one pod, or "
+                     "GetAllocatableResources for the node",
+    "resources_status": "a pod's allocatedResourcesStatus: the health of every device it was given",
+    "calls": "the kubelet's calls to the plugin of one method",
+    "checkpoint": "the kubelet's checkpoint: the device manager's entries of a pod, or the DRA manager's claims",
+    "cdi": "whether the CDI spec files of a pod's claims define its devices",
+    "dialed": "the kubelet's dials of one socket",
+    "slices": "the devices the driver published in its ResourceSlices",
+    "not": "holds when the conditions under it do not all hold",
+}
+KEY_MEANING = {
+    ("pod", "name"): "the pod (made by a pod step)",
+    ("pod", "phase"): "its phase now (Deleted: gone)",
+    ("pod", "reason"): "text its reason or message contains",
+    ("pod_devices", "pod"): "the pod", ("pod_devices", "count"): "how many devices PodResources lists for it",
+    ("resources_status", "pod"): "the pod", ("resources_status", "health"): "the health every device must show",
+    ("calls", "method"): f"the call: {', '.join(KUBELET_CALLS)} (a full name such as v1beta1.DevicePlugin/"
+                         "Allocate works too)",
+    ("calls", "count"): "how many were made, whatever their outcome; a stream counts once, as it is opened",
+    ("calls", "since"): "count from the scenario's start, or from the start of this wait or expect step",
+    ("checkpoint", "pod"): "a pod's entries in the device-manager checkpoint",
+    ("checkpoint", "devices"): "how many devices (of the pod, or of every DRA claim)",
+    ("checkpoint", "claims"): "how many claims the DRA checkpoint holds",
+    ("cdi", "pod"): "the pod", ("cdi", "present"): "whether its claims' CDI devices are defined",
+    ("dialed", "socket"): "the socket's file name, or its whole path",
+    ("dialed", "count"): "how many dials, whatever their outcome",
+    ("dialed", "plugin_instance"): "only the dials made while the subject's N-th process served the socket "
+                                   "(numbered by start over the run, from 1: a restart is the next number, so is "
+                                   "a rolling update's new instance)",
+    ("dialed", "since"): "count from the scenario's start, or from the start of this wait or expect step",
+    ("slices", "devices"): "how many devices the slices list",
+    ("pod_resources", "pod"): "the pod (List, or Get for it alone)",
+    ("pod_resources", "resource"): "whose devices to count",
+    ("pod_resources", "devices"): "how many devices of that resource (DRA: the claims' devices of the driver)",
+    ("pod_resources", "present"): "whether the pod is listed (Get: not 'not found')",
+    ("pod_resources", "via"): "List, or Get (needs the kubelet's KubeletPodResourcesGet feature gate)",
+    ("pod_resources", "allocatable"): "GetAllocatableResources: the resource to count the node's devices of",
+    ("capacity", "resource"): "any extended resource the node reports", ("capacity", "count"): "its count",
+    ("allocatable", "resource"): "any extended resource the node reports", ("allocatable", "count"): "its count",
+}
+DEFAULTS = {
+    ("dialed", "count"): "{at_least: 1}", ("dialed", "since"): "scenario", ("calls", "since"): "scenario",
+    ("pod_resources", "via"): "List",
+    ("pod_resources", "resource"): "the subject's resource (a DRA driver: its driver name)",
+}
+WIRE = ("fake: yes. real: only through the relay that records the real kubelet's side of the plugin wire; "
+        "without it, inconclusive, never 0")
+OBSERVED = {
+    "registered": "fake: its accepted Register of this kubelet instance. real: a device plugin's resource in "
+                  "the node's capacity; a DRA driver's registration in the kubelet's log",
+    "capacity": "fake and real (the Node's status)", "allocatable": "fake and real (the Node's status)",
+    "pod": "fake and real (on the real node, the Pod as the API server shows it)",
+    "pod_devices": "fake and real (their PodResources List)",
+    "pod_resources": "fake; real when its PodResources socket is in fakelet's reach (else inconclusive)",
+    "resources_status": "fake and real (on the real node, the Pod's status from the API server)",
+    "calls": WIRE, "dialed": WIRE,
+    "checkpoint": "fake and real (the real node's own file, read in its private /var/lib/kubelet)",
+    "cdi": "fake and real (the CDI dir)", "slices": "fake and real (ResourceSlices on the API server)",
+    "not": "as its conditions",
+}
+COUNTED = {
+    "calls": "timeline events: every call of the method the kubelet made to the plugin, counted from the "
+             "scenario's start (since: step: from the step's start)",
+    "dialed": "timeline events: every dial of the socket the kubelet made, counted from the scenario's start "
+              "(since: step: from the step's start)",
+}
+JUDGED = ("judged on what the node shows at the moment: wait and expect judge again at every event on the "
+          "timeline until it holds or the bound passes; expect with throughout judges at every event of the span, "
+          "capacity and allocatable also as each recorded change left them, so a change that lasted a millisecond "
+          "counts")
+
+
+# -- the entries --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    takes: str
+    default: str = ""  # "" when required
+    meaning: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    what: str  # "step" or "condition"
+    form: str
+    meaning: str
+    values: tuple[tuple[str, str], ...] = ()  # a step's ops and what each does
+    keys: tuple[Key, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _takes(want: Any) -> str:
+    """What a shape's key takes, as vocabulary._shape checks it."""
+    if want is str:
+        return "text"
+    if want is bool:
+        return "true | false"
+    if isinstance(want, tuple):
+        return " | ".join(want)
+    return {"count": "COUNT", "number": f"N | {{{'|'.join(COMPARISONS)}: N}}", "instance": "N (from 1)"}[want]
+
+
+def _shape_keys(name: str, shape: dict[str, Any], required: tuple[str, ...]) -> tuple[Key, ...]:
+    return tuple(Key(k, _takes(v), "" if k in required else DEFAULTS.get((name, k), "(not given: not judged)"),
+                     KEY_MEANING[(name, k)]) for k, v in shape.items())
+
+
+def _only(name: str) -> tuple[str, ...]:
+    if name in DRA_ONLY:
+        return ("DRA drivers only (kind: dra).",)
+    if name in DP_ONLY:
+        return ("device plugins only (kind: device-plugin).",)
+    return ()
+
+
+def steps() -> list[Entry]:
+    within = Key("within", "S", "the reaction bound: the kubelet's 30 s (--reaction-bound shortens it), counted once "
+                 "a plugin still starting has started", "how long the conditions have to come true")
+    placeholders = {kind: ", ".join("{" + p + "}" for p in names) for kind, names in PLACEHOLDERS.items()}
+    out = [
+        Entry("kubelet", "step", f"kubelet: {' | '.join(KUBELET_OPS)}  [checkpoint: {' | '.join(CHECKPOINT_FAULTS)}]",
+              STEP_MEANING["kubelet"], tuple(OP_MEANING["kubelet"].items()),
+              (Key("checkpoint", " | ".join(CHECKPOINT_FAULTS), "(not given: the checkpoint as it is)",
+                   "with start, restart, restart-keep-sockets or reboot: the device-manager checkpoint is deleted "
+                   "(lost) or overwritten with garbage (corrupt) before the kubelet starts"),)),
+        Entry("plugin", "step", f"plugin: {' | '.join(PLUGIN_OPS)}  [during: CALL]  [args: [ARG, ...]]",
+              STEP_MEANING["plugin"], tuple(OP_MEANING["plugin"].items()),
+              (Key("during", " | ".join(PLUGIN_CALLS), "(not given: it dies at once)",
+                   "kill and crash only: SIGKILL as the kubelet sends its next call of this method, before the "
+                   "request goes out, so the plugin never answers it"),
+               Key("args", "[text, ...]", "[]",
+                   "rolling-update only: arguments added to the new instance's command (its new pod spec). "
+                   "Placeholders are filled as in the subject's command: device plugins "
+                   f"{placeholders['device-plugin']}; DRA drivers also "
+                   + ", ".join("{" + p + "}" for p in PLACEHOLDERS["dra"] if p not in PLACEHOLDERS["device-plugin"])
+                   + "; an unknown one is an error before the run. {free_port} is a new port."))),
+        Entry("pod", "step", "pod: {create: NAME, devices: N} | {delete: NAME}", STEP_MEANING["pod"], (),
+              (Key("create", "NAME (lower-case letters, digits, '-')", "(one of create and delete)",
+                   "the pod to create"),
+               Key("devices", "N (0 to 64)", "1", "with create: how many devices it asks for"),
+               Key("delete", "NAME", "(one of create and delete)", "the pod to delete"))),
+        Entry("device", "step", "device: {OP: DEV[, KEY: VALUE]}", STEP_MEANING["device"],
+              tuple((op, OP_MEANING["device"][op] + (f"; takes {DEVICE_VALUE[op]}: "
+                                                      f"{VALUE_KEY_MEANING[DEVICE_VALUE[op]][0]}"
+                                                      if op in DEVICE_VALUE else "")
+                     + ("; its value is the NVML return code (0 to 999), not a DEV" if op in NVML_CONTROLS else ""))
+                    for op in DEVICE_OPS),
+              tuple(Key(k, {"to": "C", "count": f"N (1 to {DEVICE_VALUE_MAX['count']})",
+                            "code": f"N (1 to {DEVICE_VALUE_MAX['code']})"}[k],
+                        "1" if k == "count" else "", VALUE_KEY_MEANING[k][1])
+                    for k in dict.fromkeys(DEVICE_VALUE.values()))),
+        Entry("script", "step", "script: {NAME: DEV, KEY: VALUE, ...}", STEP_MEANING["script"],
+              tuple((name, f"{OP_MEANING['script'][name]} (takes {', '.join(keys)})")
+                    for name, keys in SCRIPTS.items()),
+              tuple(Key(k, VALUE_KEY_MEANING[k][0] if k not in ("cycles", "count") else "N (1 to 1000)", "",
+                        VALUE_KEY_MEANING[k][1]) for k in dict.fromkeys(k for ks in SCRIPTS.values() for k in ks)),
+              (f"a ramp has at most {MAX_RAMP_STEPS} steps.",)),
+        Entry("taint", "step", "taint: {device: DEV, effect: EFFECT, key: KEY}", STEP_MEANING["taint"], (),
+              (Key("device", "DEV", "", "the device"),
+               Key("effect", " | ".join(TAINT_EFFECTS), TAINT_EFFECTS[0], "the taint's effect"),
+               Key("key", "text", "fakelet.example.com/scenario", "the taint's key")), _only("taint")),
+        Entry("untaint", "step", "untaint: {device: DEV}", STEP_MEANING["untaint"], (),
+              (Key("device", "DEV", "", "the device"),), _only("untaint")),
+        Entry("hold", "step", "hold: S", STEP_MEANING["hold"]),
+        Entry("wait", "step", "wait: CONDITIONS  [within: S]", STEP_MEANING["wait"], (), (within,),
+              (f"CONDITIONS: a mapping of {', '.join(CONDITIONS)} (fakelet scenario vocabulary CONDITION); all "
+               "must hold at once.",)),
+        Entry("expect", "step", "expect: CONDITIONS  [within: S | throughout: S]", STEP_MEANING["expect"], (),
+              (within, Key("throughout", "S", "(not given: within)", "the conditions must hold for the whole span, "
+                            "judged at every event, capacity and allocatable as each recorded change left them")),
+              ("give within or throughout, not both.",)),
+        Entry("story", "step", f"story: {' | '.join(STORIES)}  [toleration_seconds: N]", STEP_MEANING["story"],
+              tuple(OP_MEANING["story"].items()),
+              (Key("toleration_seconds", "N (0 to 3600)", "(not given: no toleration, evicted at once)",
+                   "the pod tolerates the NoExecute taint this long"),), _only("story")),
+        Entry("check", "step", "check: CHECK-ID", STEP_MEANING["check"], (), (),
+              ("CHECK-ID: a check of the scenario's kind (fakelet checks).",)),
+    ]
+    return out
+
+
+def conditions() -> list[Entry]:
+    out = []
+    for name in CONDITIONS:
+        notes = [f"observed on: {OBSERVED[name]}.", f"{COUNTED.get(name, JUDGED)}.", *_only(name)]
+        if name == "registered":
+            entry = Entry(name, "condition", "registered: true", CONDITION_MEANING[name], (), (), tuple(notes))
+        elif name in ("capacity", "allocatable"):
+            entry = Entry(name, "condition", f"{name}: COUNT | {{resource: R, count: N}}", CONDITION_MEANING[name],
+                          (), _shape_keys(name, RESOURCE_SHAPE, tuple(RESOURCE_SHAPE)), tuple(notes))
+        elif name == "not":
+            entry = Entry(name, "condition", "not: CONDITIONS", CONDITION_MEANING[name], (), (), tuple(notes))
+        elif name == "pod_resources":
+            pod, node = POD_RESOURCES_SHAPES["pod"], POD_RESOURCES_SHAPES["allocatable"]
+            keys = _shape_keys(name, pod, ("pod",)) + _shape_keys(name, {"allocatable": node["allocatable"]},
+                                                                  ("allocatable",))
+            notes.insert(0, "give pod (with devices, present or both) or allocatable (with devices), not both.")
+            entry = Entry(name, "condition", "pod_resources: {pod: NAME, ...} | {allocatable: R, devices: COUNT}",
+                          CONDITION_MEANING[name], (), keys, tuple(notes))
+        else:
+            shape = CONDITION_SHAPES[name]
+            form = ", ".join(k if k in CONDITION_REQUIRED.get(name, ()) else f"[{k}]" for k in shape)
+            if name == "checkpoint":
+                notes.insert(0, "{pod: NAME, devices: COUNT} (device manager) or {claims: COUNT, devices: COUNT} "
+                                "(DRA).")
+            entry = Entry(name, "condition", f"{name}: {{{form}}}", CONDITION_MEANING[name], (),
+                          _shape_keys(name, shape, CONDITION_REQUIRED.get(name, ())), tuple(notes))
+        out.append(entry)
+    return out
+
+
+def entries() -> list[Entry]:
+    return [*steps(), *conditions()]
+
+
+def find(name: str) -> list[Entry]:
+    """The entries named `name` (a step and a condition may share one: pod)."""
+    return [e for e in entries() if e.name == name]
+
+
+def names() -> list[str]:
+    return list(dict.fromkeys([*ACTIONS, *CONDITIONS]))
+
+
+# -- rendering ----------------------------------------------------------------------------------------
+
+
+def _default(key: Key) -> str:
+    """required, `default X`, or what leaving it out means (a default written in parentheses)."""
+    if not key.default:
+        return "required"
+    return key.default[1:-1] if key.default.startswith("(") else f"default {key.default}"
+
+
+def text(chosen: list[Entry] | None = None) -> str:
+    picked = entries() if chosen is None else chosen
+    lines: list[str] = []
+    if chosen is None:
+        lines += ["Scenario files (fixtures/scenarios/*.yaml): steps, then the conditions wait and expect take.",
+                  "Terms:"] + [f"  {k:6} {v}" for k, v in TERMS.items()] + [""]
+    for entry in picked:
+        lines.append(f"{entry.what} {entry.name}:  {entry.form}")
+        lines.append(f"  {entry.meaning}")
+        for value, meaning in entry.values:
+            lines.append(f"    {value:22} {meaning}")
+        for key in entry.keys:
+            default = _default(key)
+            lines.append(f"    {key.name + ':':22} {key.takes}  ({default})")
+            lines.append(f"    {'':22} {key.meaning}")
+        lines += [f"  {note}" for note in entry.notes]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown() -> str:
+    def cell(value: str) -> str:
+        return value.replace("|", "\\|")
+
+    lines = ["# Scenario vocabulary", "",
+             "Generated by `fakelet scenario vocabulary --format markdown` from the validator's own tables.", "",
+             "## Terms", ""]
+    lines += [f"- **{k}**: {cell(v)}" for k, v in TERMS.items()]
+    for title, what in (("Steps", "step"), ("Conditions (for wait and expect)", "condition")):
+        lines += ["", f"## {title}"]
+        for entry in (e for e in entries() if e.what == what):
+            lines += ["", f"### `{entry.name}`", "", f"`{entry.form}`", "", entry.meaning]
+            if entry.values:
+                lines += ["", "| value | does |", "| --- | --- |"]
+                lines += [f"| `{v}` | {cell(m)} |" for v, m in entry.values]
+            if entry.keys:
+                lines += ["", "| key | takes | default | meaning |", "| --- | --- | --- | --- |"]
+                lines += [f"| `{k.name}` | {cell(k.takes)} | {cell(_default(k))} | {cell(k.meaning)} |"
+                          for k in entry.keys]
+            if entry.notes:
+                lines += [""] + [f"- {note}" for note in entry.notes]
+    return "\n".join(lines) + "\n"
