@@ -112,6 +112,19 @@ class ContainerAllocation:
     reused: bool = False
 
 
+def probe_listening(path: str) -> dict:
+    """Whether something listens at `path` now, by a bare connect (DP-REG-01's probe; the relay's too)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(PROBE_TIMEOUT_S)
+    try:
+        sock.connect(path)
+        return {"ok": True}
+    except OSError as err:
+        return {"ok": False, "error": f"connect {path}: {err.strerror or err}"}
+    finally:
+        sock.close()
+
+
 class DeviceManager:
     """One kubelet instance's device manager; `FakeNode` makes a new one per restart."""
 
@@ -338,16 +351,7 @@ class DeviceManager:
         A bare connect(), not an RPC: the plugin must see exactly the calls a
         kubelet makes. The kubelet's own GetDevicePluginOptions follows at once.
         """
-        path = go_join(self.plugin_dir, endpoint)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(PROBE_TIMEOUT_S)
-        try:
-            sock.connect(path)
-            return {"ok": True}
-        except OSError as err:
-            return {"ok": False, "error": f"connect {path}: {err.strerror or err}"}
-        finally:
-            sock.close()
+        return probe_listening(go_join(self.plugin_dir, endpoint))
 
     def _connect(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> None:
         # Upstream (plugin/v1beta1 handler.go connectClient) replaces the client

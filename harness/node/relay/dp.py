@@ -34,7 +34,7 @@ from harness.instruments.faults import FaultPlan
 from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, status_of
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
-from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join
+from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join, probe_listening
 from harness.node.relay.forward import (
     Method,
     MethodTable,
@@ -49,7 +49,6 @@ from harness.node.relay.mirror import CREATED, DELETED, DirMirror
 from harness.wire import dp
 
 PLUGIN, KUBELET = "plugin", "kubelet"
-PROBE_TIMEOUT_S = 1.0  # the bare connect that says whether the endpoint listened when Register arrived
 SERVER_STOP_S = 5.0
 REGISTER = Method("v1beta1.Registration", "Register", dp.RegisterRequest, dp.Empty)
 DEVICE_PLUGIN = [
@@ -67,21 +66,6 @@ def is_socket(path: Path) -> bool:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def probe(path: str) -> dict[str, Any]:
-    """Whether something listens at `path` now: a bare connect, as the fake kubelet's DP-REG-01 probe."""
-    import socket
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(PROBE_TIMEOUT_S)
-    try:
-        sock.connect(path)
-        return {"ok": True}
-    except OSError as err:
-        return {"ok": False, "error": f"connect {path}: {err.strerror or err}"}
-    finally:
-        sock.close()
 
 
 @dataclass
@@ -318,7 +302,7 @@ class DevicePluginRelay:
                              endpoint=request.endpoint, **base)
         event = {**base, "resource": request.resource_name, "version": request.version,
                  "endpoint": request.endpoint, "options": to_dict(request.options),
-                 "probe": probe(go_join(str(self.plugin_dir), request.endpoint))}
+                 "probe": probe_listening(go_join(str(self.plugin_dir), request.endpoint))}
         pending = _Pending(next(endpoint_ids))
         with self._lock:
             endpoint = self._endpoints.get(request.endpoint)
