@@ -7,7 +7,9 @@ carries the steps out.
 Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
   plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]]
-           (rolling-update: a second instance, its command plus args, registers before the first stops;
+           (rolling-update: a second instance, its command plus args, registers before the first stops; the
+            reference DRA driver's args: [--pod-uid, UID] give it sockets of its own, <driver>-UID-reg.sock and
+            dra-UID.sock, as upstream kubeletplugin.RollingUpdate does;
             kill and crash take during: CALL, e.g. Allocate: SIGKILL as the kubelet sends that call; a
             plugin that answers within microseconds may get its answer out first, then its next call fails)
   pod:     {create: NAME, devices: N} | {delete: NAME}     (a DRA pod gets one claim for N devices)
