@@ -31,6 +31,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import select
 import signal
 import sys
@@ -80,6 +81,13 @@ HEALTH_V1 = "v1.DRAResourceHealth"  # kubelet@v0.37 pkg/apis/dra-health/v1 types
 HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"  # kubelet pkg/apis/dra-health/v1alpha1 types.go
 REG_SOCKET_SUFFIX = "-reg.sock"  # kubeletplugin draplugin.go Start: o.driverName + uidPart + "-reg.sock"
 DRA_SOCKET = "dra.sock"  # kubeletplugin draplugin.go Start: "dra" + uidPart + ".sock"
+
+
+def socket_names(driver: str, pod_uid: str = "") -> tuple[str, str]:
+    """(registration, endpoint) socket names: kubeletplugin draplugin.go Start's, where uidPart is "-" + the pod's
+    UID under RollingUpdate(uid), so that two instances of a rolling update never take each other's sockets."""
+    uid_part = f"-{pod_uid}" if pod_uid else ""
+    return f"{driver}{uid_part}{REG_SOCKET_SUFFIX}", f"{DRA_SOCKET.removesuffix('.sock')}{uid_part}.sock"
 KUBELET_HEALTH_TIMEOUT_S = 30.0  # kubelet cm/dra/healthinfo.go DefaultHealthTimeout
 # Declared per device (health_check_timeout_seconds): three refresh periods, so
 # one late message never makes the kubelet call a device Unknown.
@@ -254,8 +262,9 @@ class ReferenceDriver:
         self.registry_dir = Path(os.path.abspath(args.registry_dir))
         self.cdi_dir = Path(os.path.abspath(args.cdi_dir))
         self.state_dir = Path(os.path.abspath(args.state_dir))
-        self.dra_socket = self.plugin_dir / DRA_SOCKET
-        self.reg_socket = self.registry_dir / f"{self.driver}{REG_SOCKET_SUFFIX}"
+        reg_name, dra_name = socket_names(self.driver, args.pod_uid)
+        self.dra_socket = self.plugin_dir / dra_name
+        self.reg_socket = self.registry_dir / reg_name
         for path in (self.dra_socket, self.reg_socket):
             if len(str(path)) > SUN_PATH_MAX:
                 raise ValueError(f"socket path {path} is {len(str(path))} bytes, longer than the "
@@ -672,7 +681,7 @@ class ReferenceDriver:
                 if event.wd == reg_wd:
                     self._on_registry_event(event.name)
                 elif event.wd == plugin_wd:
-                    if event.name == DRA_SOCKET and not self.dra_socket.exists():
+                    if event.name == self.dra_socket.name and not self.dra_socket.exists():
                         log.info("%s deleted; serving again", self.dra_socket)
                         self.serve_dra()
                 elif self.source.owns(event.wd, event.name):
@@ -714,6 +723,15 @@ def _unlink(path: Path) -> None:
         pass
 
 
+POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # a UID goes into a socket's file name: no path
+
+
+def _uid(value: str) -> str:
+    if value and not POD_UID.fullmatch(value):  # argparse passes the empty default through here too
+        raise argparse.ArgumentTypeError(f"{value!r}: letters, digits and '-' (it names a socket file)")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="reference-dra", description=__doc__.splitlines()[0])
     parser.add_argument("--driver-name", required=True, help="DRA driver name (a DNS subdomain)")
@@ -733,6 +751,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-warning-c", type=float, default=None,
                         help="warm: a NoSchedule taint above this (default threshold minus 10)")
     parser.add_argument("--defect", choices=sorted(DRA_DEFECTS), help="run as a mutant with this bug")
+    parser.add_argument("--pod-uid", default="", type=_uid,
+                        help="this instance's pod UID, for a DaemonSet rolling update (kubeletplugin RollingUpdate): "
+                             "its sockets are <driver>-<uid>-reg.sock and dra-<uid>.sock, not the shared names")
     args = parser.parse_args(argv)
     if not 0 < args.health_refresh_s < KUBELET_HEALTH_TIMEOUT_S:
         parser.error(f"--health-refresh-s must be above 0 and below {KUBELET_HEALTH_TIMEOUT_S:g}")

@@ -7,6 +7,13 @@ when all of a step's conditions hold; `throughout` watches them for a span and
 stops at the first moment one fails. Both wake on timeline events and are
 bounded by their deadline.
 
+A state an operator sees (capacity, allocatable, registration, a pod's phase, PodResources, checkpoints,
+CDI files, slices) counts only once it has held for one and a half node-status periods (HOLD_S), as the DP-NODE
+checks' `wait_held` does: a real kubelet posts node status once a period, so a state that lasted 2 ms
+never reaches an operator, and the fake kubelet, which sees every change, is held to the same. A step
+that wants the first moment asks for it (`glimpse: true`). Counts of events (`calls`, `dialed`,
+`held`) are judged when they are reached: what happened stays happened.
+
 The calls and dials are read off the timeline: the fake kubelet records its side
 of the plugin wire, and so does the relay in front of a real kubelet. Where
 nobody recorded that wire, `calls` and `dialed` say Inconclusive instead of
@@ -28,6 +35,7 @@ from harness.kubelet import checkpoint as dp_checkpoint
 from harness.kubelet.podresources import get_pod_resources, read_pod_resources
 from harness.node.fake import FakeNode
 from harness.node.real.cluster import NAMESPACE as CLUSTER_NAMESPACE
+from harness.node.real.configs import STATE_HOLD_S
 from harness.scenarios.outcomes import Inconclusive
 from harness.world.cdispecs import defined_devices
 
@@ -38,6 +46,9 @@ if TYPE_CHECKING:
 # Events that carry capacity and allocatable as they were at that moment: a "throughout"
 # expectation is judged on each of them too, so a change that lasted milliseconds is not missed.
 RESOURCE_EVENTS = ("kubelet.devices", "node.status")
+HOLD_S = STATE_HOLD_S  # a state counts once it outlasted a node-status period, as in the DP-NODE checks
+# Conditions that count events on the timeline: judged when reached, never held (see is_state).
+COUNTED = frozenset({"calls", "dialed", "held"})
 PODRESOURCES_TIMEOUT_S = 5.0  # one List and GetAllocatableResources on a local socket
 # What reading a condition itself puts on the timeline (the fake PodResources server records each call): no
 # reason to judge again, or a condition that reads PodResources would wake itself in a loop until its deadline.
@@ -68,35 +79,72 @@ class Conditions:
     # -- waiting ------------------------------------------------------------------------------------
 
     def wait(self, conditions: dict[str, Any], within_s: float) -> tuple[bool, str]:
-        """(True, what was seen) as soon as every condition holds; (False, the last sight) after `within_s`."""
-        timeline = self.env.timeline
+        """(True, what was seen) as soon as every condition holds; (False, the last sight) after `within_s`.
+
+        The first moment counts (a glimpse): `settle` is the wait that asks the states to last."""
+        ok, seen, _index = self._reach(conditions, time.monotonic() + within_s)
+        return ok, seen
+
+    def settle(self, conditions: dict[str, Any], within_s: float, hold_s: float = HOLD_S) -> tuple[bool, str]:
+        """(True, what was seen) once every condition holds and its states (is_state) keep holding for `hold_s`
+        from there; (False, the last sight, and the last glimpse if there was one) when that never began
+        within `within_s`. As wait_held in suites/dp/test_node.py: the state must be reached within the bound,
+        its hold may run past it, and a hold that breaks after the bound is a failure."""
+        states = {key: want for key, want in conditions.items() if is_state(key, want)}
         deadline = time.monotonic() + within_s
-        index = len(timeline.events())
+        glimpse = ""
         while True:
-            ok, seen = self.holds(conditions)
-            remaining = deadline - time.monotonic()
-            if ok or remaining <= 0:
-                return ok, seen
-            index += len(self._changes(index, deadline))
+            ok, seen, index = self._reach(conditions, deadline)
+            if not ok:
+                return False, seen + (f"; {glimpse}" if glimpse else "")
+            if not states or hold_s <= 0:
+                return True, seen
+            began = self.env.timeline.now()
+            held, breach, broke_ns = self._throughout(states, hold_s, index)
+            if held:
+                return True, f"{seen}; held {hold_s:g}s"
+            lasted = max((broke_ns or self.env.timeline.now()) - began, 0) / 1e9
+            glimpse = (f"it was only glimpsed: {seen} from {self._at_ns(began)}, for {_short(lasted)} "
+                       f"(under the {hold_s:g}s it must hold), then {breach}")
+            if time.monotonic() >= deadline:
+                return False, glimpse
 
     def throughout(self, conditions: dict[str, Any], span_s: float) -> tuple[bool, str]:
         """(True, ...) when every condition held for all of `span_s`; (False, the breach) at the first that did not."""
-        timeline = self.env.timeline
+        ok, seen, _at = self._throughout(conditions, span_s, len(self.env.timeline.events()))
+        return ok, seen
+
+    def _reach(self, conditions: dict[str, Any], deadline: float) -> tuple[bool, str, int]:
+        """(ok, sight, the timeline index judged up to) at the first moment every condition holds, or at the
+        deadline."""
+        index = len(self.env.timeline.events())
+        while True:
+            ok, seen = self.holds(conditions)
+            if ok or deadline - time.monotonic() <= 0:
+                return ok, seen, index
+            index += len(self._changes(index, deadline))
+
+    def _throughout(self, conditions: dict[str, Any], span_s: float, index: int) -> tuple[bool, str, int | None]:
+        """(held, the last sight or the breach, the breach's timeline time when an event showed it), judging
+        the events after `index` too: a change that lasted milliseconds is seen in the event that recorded it."""
         deadline = time.monotonic() + span_s
-        index = len(timeline.events())
         seen = ""
         while True:
             ok, seen = self.holds(conditions)
             if not ok:
-                return False, seen
+                return False, seen, None
             if deadline - time.monotonic() <= 0:
-                return True, seen
+                return True, seen, None
             new = self._changes(index, deadline)
             index += len(new)
             for event in new:
                 ok, moment = self._at_event(conditions, event)
                 if not ok:
-                    return False, f"{moment} at {self.env.at(event)}"
+                    return False, f"{moment} at {self.env.at(event)}", event.t_ns
+
+    def _at_ns(self, t_ns: int) -> str:
+        """A timeline time as the narration writes an event's (`env.at`)."""
+        return f"+{(t_ns - self.env.timeline.origin_ns) / 1e9:.3f}s"
 
     def _changes(self, index: int, deadline: float) -> list[Event]:
         """The events after `index` up to the first that is not one of the conditions' own reads (those
@@ -173,7 +221,10 @@ class Conditions:
             driver = env.driver  # type: ignore[attr-defined]
             events = [e for e in env.timeline.events(since) if e.kind in ("dra.registered", "dra.deregistered")
                       and e.get("driver") == driver]
-            ok = bool(events) and events[-1].kind == "dra.registered"
+            # A deregistration that leaves other instances of the driver (a rolling update's old one going away:
+            # the kubelet keeps one plugin per registration socket, and records how many are left) leaves it
+            # registered.
+            ok = bool(events) and (events[-1].kind == "dra.registered" or bool(events[-1].get("plugins")))
             return ok, f"driver {driver} {'registered' if ok else 'not registered'} with the running kubelet"
         accepted = [e for e in env.timeline.events(since, "kubelet.register")
                     if e.get("accepted") and e.get("instance") == node.instance]
@@ -453,10 +504,36 @@ class Conditions:
         out.extend((number, start.t_ns, None) for number, start in open_runs)
         return sorted(out)
 
+    def _held(self, want: dict[str, Any]) -> tuple[bool, str]:
+        """A call `hold` armed, in flight now: received by a kubelet that holds it unanswered."""
+        method = want["call"]
+        hold = getattr(self.stage, "held_calls", {}).get(method)
+        if hold is None:
+            raise Inconclusive(f"held: no {method} was armed (hold: {{call: {method}}} first)")
+        holding = hold.in_flight()
+        if holding is not None:
+            return True, f"{method} held in flight by kubelet instance {holding[0]}"
+        if hold.released:
+            return False, f"{method} released"
+        return False, (f"the {method} held ended with the kubelet that held it" if hold.received()
+                       else f"no {method} received yet")
+
     def _slices(self, want: dict[str, Any]) -> tuple[bool, str]:
         slices = self.env.slices()  # type: ignore[attr-defined]
         count = sum(len((s.get("spec") or {}).get("devices") or []) for s in slices)
         return self._count("published devices", count, want["devices"])
+
+
+def is_state(key: str, want: Any) -> bool:
+    """Whether a condition is a state an operator sees (held for HOLD_S unless a glimpse is asked for) rather
+    than a count of events (judged when reached). A `not` is a state when it holds one."""
+    if key == "not":
+        return isinstance(want, dict) and any(is_state(k, v) for k, v in want.items())
+    return key not in COUNTED
+
+
+def _short(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f}s"
 
 
 def _comparison(want: Any) -> tuple[str, Any]:

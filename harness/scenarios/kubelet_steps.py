@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.kubelet import checkpoint as dp_checkpoint
 from harness.node.interface import AdmissionError
-from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive
+from harness.scenarios.outcomes import UNEXPECTED_ADMISSION
 from harness.scenarios.state import StageState
 from harness.scenarios.step import Step
 
@@ -29,12 +29,7 @@ class KubeletSteps(StageState):
             node.stop_kubelet()
         if fault:
             self._checkpoint_fault(fault)
-        if op == "restart-keep-sockets":
-            if self.fake is None:
-                raise Inconclusive("a kubelet that keeps the plugin sockets needs the fake kubelet")
-            self.fake.start_kubelet(arm=lambda m: setattr(m, "keep_sockets", True))
-        else:
-            node.start_kubelet()
+        self.start_kubelet(keep_sockets=op == "restart-keep-sockets")
         what = {"start": "started", "restart": "restarted (the new instance deleted the plugin sockets)",
                 "restart-keep-sockets": "restarted, keeping the plugin sockets"}[op]
         self.tell(f"kubelet {what}{f' with its checkpoint {fault}' if fault else ''}")
@@ -73,7 +68,7 @@ class KubeletSteps(StageState):
             self._checkpoint_fault(fault)
         self.tell(f"node rebooted: plugin and kubelet stopped, {f'{killed} container(s) killed, ' if killed else ''}"
                   f"{len(wiped)} socket(s) and CDI file(s) wiped{f', the kubelet checkpoint {fault}' if fault else ''}")
-        env.node.start_kubelet()
+        self.start_kubelet()
         self.tell("kubelet started (boot)")
         self._readmit()
         self._admit_pending()

@@ -25,7 +25,9 @@ from harness.scenarios.vocabulary import (
     DEVICE_VALUE,
     DEVICE_VALUE_MAX,
     DP_ONLY,
+    DP_ONLY_ACTIONS,
     DRA_ONLY,
+    HOLDABLE_CALLS,
     KUBELET_CALLS,
     KUBELET_OPS,
     MAX_DURATION_S,
@@ -69,7 +71,13 @@ STEP_MEANING = {
     "taint": "Taint a device with a DeviceTaintRule (DRA).",
     "untaint": "Remove the DeviceTaintRule of a device (DRA).",
     "hold": "Let time pass: a fault's duration (the kubelet stays down 5 s). Never a sync point: wait for what "
-            "you need instead.",
+            "you need instead. With {call: Register}: keep the plugin's next Register in flight, unanswered, "
+            "until a release step or the end of the run (the fake kubelet's fault plan; on a real kubelet, the "
+            "relay's, on the wire), so that a fault can happen while it is being answered.",
+    "release": "Let a call held by `hold: {call: ...}` go on to the kubelet.",
+    "socket": "Delete a socket, as a bug report's manual `rm` does: the kubelet's kubelet.sock, the plugin's "
+              "registered endpoint, or a socket by file name in the device-plugins directory (never outside "
+              "the sandbox). On a real kubelet the deletion in its directory reaches the plugin through the relay.",
     "wait": "A precondition: wait until every condition holds. If it never holds within the bound, the run is "
             "inconclusive (the scenario could not get where the report starts).",
     "expect": "The correct behaviour: every condition must hold within the bound (or for the whole span of "
@@ -131,6 +139,7 @@ CONDITION_MEANING = {
     "checkpoint": "the kubelet's checkpoint: the device manager's entries of a pod, or the DRA manager's claims",
     "cdi": "whether the CDI spec files of a pod's claims define its devices",
     "dialed": "the kubelet's dials of one socket",
+    "held": "a call held by `hold: {call: ...}` reached the kubelet side and is being held",
     "slices": "the devices the driver published in its ResourceSlices",
     "not": "holds when the conditions under it do not all hold",
 }
@@ -155,6 +164,7 @@ KEY_MEANING = {
                                    "a rolling update's new instance)",
     ("dialed", "since"): "count from the scenario's start, or from the start of this wait or expect step",
     ("slices", "devices"): "how many devices the slices list",
+    ("held", "call"): "the held call (Register)",
     ("pod_resources", "pod"): "the pod (List, or Get for it alone)",
     ("pod_resources", "resource"): "whose devices to count",
     ("pod_resources", "devices"): "how many devices of that resource (DRA: the claims' devices of the driver)",
@@ -179,7 +189,7 @@ OBSERVED = {
     "pod_devices": "fake and real (their PodResources List)",
     "pod_resources": "fake; real when its PodResources socket is in fakelet's reach (else inconclusive)",
     "resources_status": "fake and real (on the real node, the Pod's status from the API server)",
-    "calls": WIRE, "dialed": WIRE,
+    "calls": WIRE, "dialed": WIRE, "held": "fake and real (the relay holds it on the wire)",
     "checkpoint": "fake and real (the real node's own file, read in its private /var/lib/kubelet)",
     "cdi": "fake and real (the CDI dir)", "slices": "fake and real (ResourceSlices on the API server)",
     "not": "as its conditions",
@@ -189,11 +199,12 @@ COUNTED = {
              "scenario's start (since: step: from the step's start)",
     "dialed": "timeline events: every dial of the socket the kubelet made, counted from the scenario's start "
               "(since: step: from the step's start)",
+    "held": "timeline events: the fault plan's firing on the held call, since the hold step armed it",
 }
-JUDGED = ("judged on what the node shows at the moment: wait and expect judge again at every event on the "
-          "timeline until it holds or the bound passes; expect with throughout judges at every event of the span, "
-          "capacity and allocatable also as each recorded change left them, so a change that lasted a millisecond "
-          "counts")
+JUDGED = ("a state, judged on what the node shows: wait and expect judge again at every event on the timeline "
+          "until it holds, and it counts once it has kept holding for 1.5 node-status periods (glimpse: true takes "
+          "the first moment); expect with throughout judges at every event of the span, capacity and allocatable "
+          "also as each recorded change left them, so a change that lasted a millisecond counts")
 
 
 # -- the entries --------------------------------------------------------------------------------------
@@ -242,9 +253,15 @@ def _only(name: str) -> tuple[str, ...]:
     return ()
 
 
+def _only_action(name: str) -> tuple[str, ...]:
+    return ("device plugins only (kind: device-plugin).",) if name in DP_ONLY_ACTIONS else ()
+
+
 def steps() -> list[Entry]:
     within = Key("within", "S", "the reaction bound: the kubelet's 30 s (--reaction-bound shortens it), counted once "
                  "a plugin still starting has started", "how long the conditions have to come true")
+    glimpse = Key("glimpse", "true | false", "false", "take the first moment every condition holds, instead of "
+                  "asking the states to keep holding for 1.5 node-status periods (not with throughout)")
     placeholders = {kind: ", ".join("{" + p + "}" for p in names) for kind, names in PLACEHOLDERS.items()}
     out = [
         Entry("kubelet", "step", f"kubelet: {' | '.join(KUBELET_OPS)}  [checkpoint: {' | '.join(CHECKPOINT_FAULTS)}]",
@@ -290,13 +307,22 @@ def steps() -> list[Entry]:
                Key("key", "text", "fakelet.example.com/scenario", "the taint's key")), _only("taint")),
         Entry("untaint", "step", "untaint: {device: DEV}", STEP_MEANING["untaint"], (),
               (Key("device", "DEV", "", "the device"),), _only("untaint")),
-        Entry("hold", "step", "hold: S", STEP_MEANING["hold"]),
-        Entry("wait", "step", "wait: CONDITIONS  [within: S]", STEP_MEANING["wait"], (), (within,),
+        Entry("hold", "step", "hold: S | {call: CALL}", STEP_MEANING["hold"], (),
+              (Key("call", " | ".join(HOLDABLE_CALLS), "(not given: a duration)", "the call to keep in flight"),)),
+        Entry("release", "step", "release: {call: CALL}", STEP_MEANING["release"], (),
+              (Key("call", " | ".join(HOLDABLE_CALLS), "", "the held call to let go on"),), _only_action("release")),
+        Entry("socket", "step", "socket: {delete: kubelet | plugin | NAME}", STEP_MEANING["socket"], (),
+              (Key("delete", "kubelet | plugin | NAME", "", "kubelet.sock, the plugin's registered endpoint, or a "
+                   "socket's file name (no path)"),), _only_action("socket")),
+        Entry("wait", "step", "wait: CONDITIONS  [within: S]  [glimpse: true]", STEP_MEANING["wait"], (),
+              (within, glimpse),
               (f"CONDITIONS: a mapping of {', '.join(CONDITIONS)} (fakelet scenario vocabulary CONDITION); all "
                "must hold at once.",)),
-        Entry("expect", "step", "expect: CONDITIONS  [within: S | throughout: S]", STEP_MEANING["expect"], (),
-              (within, Key("throughout", "S", "(not given: within)", "the conditions must hold for the whole span, "
-                            "judged at every event, capacity and allocatable as each recorded change left them")),
+        Entry("expect", "step", "expect: CONDITIONS  [within: S | throughout: S]  [glimpse: true]",
+              STEP_MEANING["expect"], (),
+              (within, glimpse,
+               Key("throughout", "S", "(not given: within)", "the conditions must hold for the whole span, "
+                   "judged at every event, capacity and allocatable as each recorded change left them")),
               ("give within or throughout, not both.",)),
         Entry("story", "step", f"story: {' | '.join(STORIES)}  [toleration_seconds: N]", STEP_MEANING["story"],
               tuple(OP_MEANING["story"].items()),
@@ -317,6 +343,9 @@ def conditions() -> list[Entry]:
         elif name in ("capacity", "allocatable"):
             entry = Entry(name, "condition", f"{name}: COUNT | {{resource: R, count: N}}", CONDITION_MEANING[name],
                           (), _shape_keys(name, RESOURCE_SHAPE, tuple(RESOURCE_SHAPE)), tuple(notes))
+        elif name == "held":
+            entry = Entry(name, "condition", "held: {call: CALL}", CONDITION_MEANING[name], (),
+                          (Key("call", " | ".join(HOLDABLE_CALLS), "", KEY_MEANING[("held", "call")]),), tuple(notes))
         elif name == "not":
             entry = Entry(name, "condition", "not: CONDITIONS", CONDITION_MEANING[name], (), (), tuple(notes))
         elif name == "pod_resources":

@@ -33,10 +33,10 @@ class PluginSteps(StageState):
     def _do_plugin(self, step: Step) -> None:
         subject, op = self.env.subject, step.arg
         if op == "start":
-            if self.env.devices is not None and self.env.access is None:
-                self.env.start_subject()
-            else:
-                subject.start()
+            # Always through the environment: its first start makes what the subject needs beside it (the
+            # fake hardware's access trace; a DRA driver's Node and the namespace its pods' claims live in),
+            # whether or not the subject has fake hardware. Later starts only start the subject.
+            self.env.start_subject()
             self.tell(f"plugin started{'' if self.env.node.running else ' (no kubelet.sock yet)'}")
         elif op == "stop":
             subject.stop()

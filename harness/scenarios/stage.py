@@ -18,7 +18,7 @@ from harness.instruments.interceptors import disarm_call_hooks
 from harness.instruments.timeline import WaitTimeout
 from harness.node.fake import FakeNode
 from harness.node.real.cluster import NotOnRealKubelet
-from harness.scenarios.conditions import Conditions
+from harness.scenarios.conditions import HOLD_S, Conditions, is_state
 from harness.scenarios.device_steps import DeviceSteps
 from harness.scenarios.kubelet_steps import KubeletSteps
 from harness.scenarios.outcomes import Inconclusive, PodRecord, Symptom
@@ -27,12 +27,13 @@ from harness.scenarios.pod_steps import PodSteps
 from harness.scenarios.state import Crash
 from harness.scenarios.step import Step, flow
 from harness.scenarios.vocabulary import duration_s
+from harness.scenarios.wire_steps import WireSteps
 from harness.world.env import DPEnv
 
 __all__ = ["Inconclusive", "PodRecord", "Stage", "Symptom", "check_function"]
 
 
-class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
+class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
     def __init__(self, env: DPEnv, say: Callable[[str], None]) -> None:
         self.env, self.say = env, say
         self.began = time.monotonic()
@@ -42,6 +43,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         self.pods: dict[str, PodRecord] = {}
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
         self.crashes: list[Crash] = []
+        self.held_calls = {}
 
     # -- narration -------------------------------------------------------------------------------
 
@@ -65,6 +67,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
         handler(step)
 
     def close(self) -> None:
+        self.release_all()
         for hook in disarm_call_hooks(self.env.timeline):
             self.tell(f"the kubelet never sent {hook.method}: the crash armed for it did not happen")
         for crash in self.crashes:
@@ -73,6 +76,9 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
             instance.stop()
 
     def _do_hold(self, step: Step) -> None:
+        if isinstance(step.arg, dict):
+            self._hold_call(step)
+            return
         seconds = duration_s(step.arg) or 0.0
         self.tell(f"holding {seconds:g}s (a fault's duration, not a sync point)")
         self.env.outage(seconds)
@@ -120,11 +126,22 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
                 pass  # it never got so far: the step's own wait says what it saw
         return self.env.profile.reaction_s
 
+    def _reached(self, step: Step, within: float) -> tuple[bool, str, str]:
+        """(ok, what was seen, how long it had to hold) for a wait or an expect that names no `throughout`: its
+        states held for a node-status period, or their first glimpse when the step asks for one."""
+        conditions = Conditions(self)
+        if step.options.get("glimpse"):
+            ok, seen = conditions.wait(step.arg, within)
+            return ok, seen, " (a glimpse counts)"
+        ok, seen = conditions.settle(step.arg, within)
+        held = any(is_state(key, want) for key, want in step.arg.items())
+        return ok, seen, f", held {HOLD_S:g}s" if held else ""
+
     def _do_wait(self, step: Step) -> None:
         within = self._default_within(step)
-        ok, seen = Conditions(self).wait(step.arg, within)
+        ok, seen, held = self._reached(step, within)
         if not ok:
-            raise Inconclusive(f"precondition never held within {within:g}s: {flow(step.arg)}; saw {seen}")
+            raise Inconclusive(f"precondition never held within {within:g}s{held}: {flow(step.arg)}; saw {seen}")
         self.tell(f"ok: {flow(step.arg)} ({seen})")
 
     def _do_expect(self, step: Step) -> None:
@@ -137,9 +154,9 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps):
             self.tell(f"held for {span:g}s: {flow(step.arg)} ({seen})")
             return
         within = self._default_within(step)
-        ok, seen = conditions.wait(step.arg, within)
+        ok, seen, held = self._reached(step, within)
         if not ok:
-            raise Symptom(f"expected {flow(step.arg)} within {within:g}s; saw {seen}")
+            raise Symptom(f"expected {flow(step.arg)} within {within:g}s{held}; saw {seen}")
         self.tell(f"as expected: {flow(step.arg)} ({seen})")
 
 

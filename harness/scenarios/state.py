@@ -34,3 +34,8 @@ class StageState:
     tell: Callable[[str], None]
     is_dra: bool
     fake: FakeNode | None
+    held_calls: dict[str, Any]  # method -> the call `hold` armed (wire_steps.py HeldCall)
+
+    def start_kubelet(self, keep_sockets: bool = False) -> None:
+        """Start the kubelet with the faults armed for it (wire_steps.py)."""
+        raise NotImplementedError

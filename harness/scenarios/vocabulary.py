@@ -9,7 +9,9 @@ CONDITION_SHAPES, ...); what follows is a summary for readers of this code.
 Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
   plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]]
-           (rolling-update: a second instance, its command plus args, registers before the first stops;
+           (rolling-update: a second instance, its command plus args, registers before the first stops; the
+            reference DRA driver's args: [--pod-uid, UID] give it sockets of its own, <driver>-UID-reg.sock and
+            dra-UID.sock, as upstream kubeletplugin.RollingUpdate does;
             kill and crash take during: CALL, e.g. Allocate: SIGKILL as the kubelet sends that call; a
             plugin that answers within microseconds may get its answer out first, then its next call fails)
   pod:     {create: NAME, devices: N} | {delete: NAME}     (a DRA pod gets one claim for N devices)
@@ -20,17 +22,41 @@ Actions:
   taint:   {device: DEV, effect: NoExecute | NoSchedule, key: K}     (DRA: a DeviceTaintRule)
   untaint: {device: DEV}
   hold:    S          (a fault's duration, e.g. the kubelet stays down 5 s; never a sync point)
-  wait:    CONDITIONS [within: S]             a precondition: if it never holds, the run is inconclusive
-  expect:  CONDITIONS [within: S | throughout: S]   the correct behaviour: if it fails, the bug reproduced
+  hold:    {call: Register}   (device plugins) the kubelet holds the next Register it receives in flight,
+                      unanswered: the running kubelet's, or, if none runs or it gets none, the next one started.
+                      It stays held until `release` or until the kubelet holding it stops (a kubelet restart
+                      while Register is being answered). `wait: {held: {call: Register}}` waits for it.
+  release: {call: Register}   the held call goes on and the kubelet answers it (a no-op, narrated, when the
+                      kubelet that held it has stopped since: the call ended with it)
+  socket:  {delete: kubelet | plugin | NAME}   (device plugins) a manual `rm` of a socket in the device-plugins
+                      directory: kubelet (kubelet.sock, the kubelet's), plugin (the socket the plugin last
+                      registered as its endpoint), or NAME (a socket file name there). The servers keep running
+                      on the deleted path, as after a real rm; on the real node the kubelet's and the plugin's
+                      directories are joined by the relay, which mirrors the deletion to the other side.
+  wait:    CONDITIONS [within: S] [glimpse: true]   a precondition: if it never holds, the run is inconclusive
+  expect:  CONDITIONS [within: S | throughout: S] [glimpse: true]
+                      the correct behaviour: if it fails, the bug reproduced
   story:   taint-eviction  [toleration_seconds: N]
   check:   CHECK-ID        run that conformance check on its own environment; its failure is the symptom
 
 DEV is an inventory device ID, `@N` (the subject's N-th inventory device) or `@pod:NAME`
 (the device the kubelet gave pod NAME).
 
-Conditions (all given must hold). Each is judged on what the node shows when it is judged, except
-calls and dialed, which count timeline events from the scenario's start (or with `since: step`, from the
-start of the wait or expect step that holds them):
+Held, not glimpsed. The conditions are of two kinds:
+  states   registered, capacity, allocatable, pod, pod_devices, pod_resources, resources_status, checkpoint,
+           cdi, slices (and a `not` that holds one of them): what the node shows. A wait or expect is met
+           once every condition holds and its states then keep holding for 1.5 node-status periods (1.5 s,
+           harness/node/real/configs.py STATE_HOLD_S: a real kubelet posts node status once a period, so a
+           state that lasted milliseconds never reaches an operator; the fake kubelet, which sees every
+           change, is held to the same, as the DP-NODE checks are). Capacity and allocatable are judged at
+           every change the kubelet records during that period, so a change that lasted 1 ms breaks it. The
+           state must begin within the step's bound; its hold may run past it. `glimpse: true` takes the
+           first moment every condition holds instead (a state that only flickers, on purpose).
+  counts   calls, dialed, held: events on the timeline, judged when the count is reached (what happened
+           stays happened), never held.
+  `throughout: S` holds every condition, counts too, for S instead of the hold.
+Each state is judged on what the node shows when it is judged; calls and dialed count timeline events from
+the scenario's start (or with `since: step`, from the start of the wait or expect step that holds them):
   registered: true                 the plugin registered with the running kubelet
   capacity / allocatable: COUNT    COUNT = N | all | healthy | {equals|at_least|at_most: N | all | healthy}
                                    (all, healthy: the subject's devices present, healthy)
@@ -56,6 +82,8 @@ start of the wait or expect step that holds them):
                    number, so is a rolling update's new instance) served it: the newest of its processes
                    running at that moment
   slices: {devices: COUNT}                     the driver's published devices
+  held: {call: Register}                       (device plugins) a call that `hold` armed is in flight now, held
+                                               unanswered by the kubelet (not yet released, its kubelet running)
   not: CONDITIONS                              holds when those do not all hold
 calls and dialed read the kubelet's side of the plugin wire: the fake kubelet records it, and so does the
 relay in front of a real kubelet; without one they are inconclusive, never 0.
@@ -69,8 +97,8 @@ from typing import Any
 from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from harness.scenarios.step import Step
 
-ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "wait", "expect", "story",
-           "check")
+ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "release", "socket", "wait",
+           "expect", "story", "check")
 KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot")
 CHECKPOINT_FAULTS = ("lost", "corrupt")
 PLUGIN_OPS = ("start", "stop", "kill", "restart", "crash", "rolling-update")
@@ -90,9 +118,15 @@ HEALTH = ("Healthy", "Unhealthy", "Unknown")
 # and the plugins_registry handshake.
 KUBELET_CALLS = (*PLUGIN_CALLS, "ListAndWatch", "NodeWatchResources", "GetInfo", "NotifyRegistrationStatus")
 CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "pod_resources", "resources_status",
-              "calls", "checkpoint", "cdi", "dialed", "slices", "not")
+              "calls", "checkpoint", "cdi", "dialed", "slices", "held", "not")
 DRA_ONLY = {"cdi", "slices", "taint", "untaint", "story"}
-DP_ONLY = {"pod_devices", "capacity", "allocatable"}
+DP_ONLY = {"pod_devices", "capacity", "allocatable", "held"}  # conditions
+DP_ONLY_ACTIONS = {"release", "socket"}
+# The calls `hold` can keep in flight: those the kubelet serves (the fake kubelet's FaultPlan, and the relay's in
+# front of a real kubelet, apply to its registration service: v1beta1.Registration/Register).
+HOLDABLE_CALLS = ("Register",)
+KUBELET_SOCKET_WORDS = ("kubelet", "plugin")  # socket: {delete: ...}, besides a file name
+SOCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")  # a file in the device-plugins directory, no path
 SINCE = ("scenario", "step")
 PODRESOURCES_VIA = ("List", "Get")
 COUNT_WORDS = ("all", "healthy")
@@ -150,9 +184,11 @@ def check_step(step: Step, kind: str) -> Problem:
     action, arg, options = step.action, step.arg, step.options
     if action in DRA_ONLY and kind != "dra":
         return "", f"{action} needs a DRA driver (kind: dra)"
+    if action in DP_ONLY_ACTIONS and kind == "dra":
+        return "", f"{action} is for device plugins (kind: device-plugin)"
     checker = {"kubelet": _kubelet, "plugin": _plugin, "pod": _pod, "device": _device, "script": _script,
-               "taint": _taint, "untaint": _untaint, "hold": _hold, "wait": _wait, "expect": _expect,
-               "story": _story, "check": _check}[action]
+               "taint": _taint, "untaint": _untaint, "hold": _hold, "release": _release, "socket": _socket,
+               "wait": _wait, "expect": _expect, "story": _story, "check": _check}[action]
     return checker(arg, options, kind)
 
 
@@ -342,9 +378,45 @@ def _untaint(arg: Any, options: dict[str, Any], kind: str) -> Problem:
 
 
 def _hold(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    if isinstance(arg, dict):
+        if kind == "dra":
+            return "hold", "{call: ...} is for device plugins (a duration holds a fault for DRA drivers too)"
+        return _call(arg, "hold") or _no_options(options)
     if duration_s(arg) is None:
-        return "hold", f"a duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms')"
+        return "hold", (f"a duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms'), or {{call: Register}} "
+                        "(a call held in flight)")
     return _no_options(options)
+
+
+def _call(arg: Any, action: str) -> Problem:
+    """{call: NAME}: a call `hold` can keep in flight."""
+    if not isinstance(arg, dict) or "call" not in arg:
+        return action, "{call: Register}"
+    extra = sorted(set(arg) - {"call"}, key=str)
+    if extra:
+        return f"{action}.{extra[0]}", "unknown key; known: call"
+    if arg["call"] not in HOLDABLE_CALLS:
+        return f"{action}.call", f"a call the kubelet serves: {', '.join(HOLDABLE_CALLS)}"
+    return None
+
+
+def _release(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    return _call(arg, "release") or _no_options(options)
+
+
+def _socket(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    problem = _no_options(options)
+    if problem:
+        return problem
+    if not isinstance(arg, dict) or set(arg) != {"delete"}:
+        return "socket", "{delete: kubelet | plugin | NAME}"
+    target = arg["delete"]
+    if target in KUBELET_SOCKET_WORDS:
+        return None
+    if not (isinstance(target, str) and SOCKET_NAME.fullmatch(target)) or target in (".", ".."):
+        return "socket.delete", ("kubelet (kubelet.sock), plugin (its registered endpoint), or a socket's file "
+                                 "name in the device-plugins directory (no path)")
+    return None
 
 
 def _under(action: str, problem: Problem) -> Problem:
@@ -353,13 +425,15 @@ def _under(action: str, problem: Problem) -> Problem:
 
 
 def _wait(arg: Any, options: dict[str, Any], kind: str) -> Problem:
-    return _under("wait", _conditions(arg, kind)) or _timing(options, ("within",))
+    return _under("wait", _conditions(arg, kind)) or _timing(options, ("within", "glimpse"))
 
 
 def _expect(arg: Any, options: dict[str, Any], kind: str) -> Problem:
-    problem = _under("expect", _conditions(arg, kind)) or _timing(options, ("within", "throughout"))
+    problem = _under("expect", _conditions(arg, kind)) or _timing(options, ("within", "throughout", "glimpse"))
     if problem is None and "within" in options and "throughout" in options:
         return "throughout", "give within (it comes true) or throughout (it stays true), not both"
+    if problem is None and "glimpse" in options and "throughout" in options:
+        return "glimpse", "throughout holds the conditions for its whole span: a glimpse goes with within"
     return problem
 
 
@@ -388,7 +462,11 @@ def _timing(options: dict[str, Any], allowed: tuple[str, ...]) -> Problem:
     problem = _no_options(options, allowed)
     if problem:
         return problem
+    if "glimpse" in options and not isinstance(options["glimpse"], bool):
+        return "glimpse", "true (the first moment the conditions hold counts) or false (they hold 1 s: the default)"
     for key in allowed:
+        if key == "glimpse":
+            continue
         if key in options and (duration_s(options[key]) is None or duration_s(options[key]) == 0):
             return key, f"a positive duration up to {MAX_DURATION_S:g}s"
     return None
@@ -429,6 +507,8 @@ def _condition(key: str, value: Any) -> Problem:
         return "", "a mapping"
     if key == "pod_resources":
         return _pod_resources(value)
+    if key == "held":
+        return _under_key(_call(value, "held"))
     problem = _shape(value, CONDITION_SHAPES[key])
     if problem:
         return problem
@@ -467,6 +547,14 @@ def _shape(value: dict[str, Any], shape: dict[str, Any]) -> Problem:
         if isinstance(want, tuple) and got not in want:
             return name, f"one of {', '.join(want)}"
     return None
+
+
+def _under_key(problem: Problem) -> Problem:
+    """A problem _call placed under "held" (the condition's own key is added by _conditions)."""
+    if problem is None:
+        return None
+    field_path = problem[0].removeprefix("held").removeprefix(".")
+    return field_path, problem[1]
 
 
 def _number_count(value: Any) -> bool:

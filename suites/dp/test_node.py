@@ -17,19 +17,14 @@ from pathlib import Path
 
 from harness.instruments.timeline import Event, WaitTimeout
 from harness.node.interface import AdmissionError
-from harness.node.real.configs import NODE_STATUS_S
+from harness.node.real.configs import STATE_HOLD_S
 from harness.node.real.view import device_number
 from harness.spec.checks import MUST, check, expect, not_exercised
 from harness.world.env import DPEnv
 from harness.world.probe import ProbeClient
 
 Test = Callable[[int | None, int | None], bool]
-# A state must outlast one real node-status period to count (wait_held). Exactly one period is too
-# little: a state carried by a single status report lasts about one period on the API server, give or
-# take the status loop's jitter, and the real kubelet posts one even for a list its plugin withdrew a
-# moment before (the close-stream mutant's 4 devices, posted 7 ms after its stream ended, stood 1.02 s).
-# Half a period more asks for a state that a second report carried too.
-HOLD_S = 1.5 * NODE_STATUS_S
+HOLD_S = STATE_HOLD_S  # a state must outlast one real node-status period to count (wait_held)
 
 
 def device_count(env: DPEnv) -> int | None:

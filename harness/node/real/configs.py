@@ -11,6 +11,11 @@ import json
 from pathlib import Path
 
 NODE_STATUS_S = 1  # how often the kubelet posts node status; upstream's default is 10 s (see status_note)
+# How long a state must last to count as one an operator saw (the DP-NODE checks, scenario states): more
+# than one status period, since a state that a single status report carried lasts about one period on the
+# API server, give or take the status loop's jitter (the real kubelet posts even a list its plugin
+# withdrew a moment before). Half a period more asks for a state that a second report carried too.
+STATE_HOLD_S = 1.5 * NODE_STATUS_S
 STATUS_NOTE = (f"the real kubelet posts node status every {NODE_STATUS_S}s here (nodeStatusUpdateFrequency; "
                "upstream's default is 10s), so capacity changes reach the API server within that")
 

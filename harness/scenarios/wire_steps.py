@@ -1,0 +1,173 @@
+"""The wire's steps of a scenario: a call the kubelet holds in flight while a fault happens (`hold: {call:
+Register}`, `release`), and a manual `rm` of a socket in the device-plugins directory (`socket: {delete: ...}`).
+
+Both run on the fake kubelet and on the real one. A held call is the kubelet's FaultPlan on the fake kubelet
+(DeviceManager.faults, as DP-RST-02 holds it) and the relay's in front of a real kubelet (its registration
+socket's plan, armed for the next instance through LocalNode.start_kubelet(arm=...) -> RelayArm.faults). A
+deleted socket is deleted where its owner made it: kubelet.sock in the kubelet's directory, a plugin's socket
+in the plugin's; on the real node the relay mirrors the deletion to the other side, as one directory would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.instruments.faults import Fault, FaultPlan
+from harness.kubelet.devicemanager import KUBELET_SOCKET
+from harness.node.real.localnode import LocalNode
+from harness.scenarios.outcomes import Inconclusive
+from harness.scenarios.state import StageState
+from harness.scenarios.step import Step
+
+
+@dataclass
+class HeldCall:
+    """A call `hold` armed: on each kubelet instance in turn until one receives it, then spent."""
+
+    method: str
+    faults: list[tuple[int | None, Fault]] = field(default_factory=list)  # (kubelet instance, its fault)
+    released: bool = False
+
+    def in_flight(self) -> tuple[int | None, Fault] | None:
+        """The kubelet instance and fault holding the call now: received, not yet released or ended."""
+        return next(((n, f) for n, f in self.faults if f.reached.is_set() and not f.release.is_set()), None)
+
+    def received(self) -> bool:
+        return any(f.reached.is_set() for _, f in self.faults)
+
+
+class WireSteps(StageState):
+    held_calls: dict[str, HeldCall]
+
+    # -- hold and release -------------------------------------------------------------------------------
+
+    def _hold_call(self, step: Step) -> None:
+        method = step.arg["call"]
+        if method in self.held_calls and not self.held_calls[method].released:
+            raise Inconclusive(f"a {method} is held already: release it first")
+        hold = self.held_calls[method] = HeldCall(method)
+        node = self.env.node
+        if node.running:
+            plan = self._running_plan()
+            hold.faults.append((node.instance, plan.hold(method)))
+            where = f"the running kubelet (instance {node.instance})"
+        else:
+            where = "the next kubelet to start"
+        self.tell(f"armed: {where} holds the next {method} it receives in flight, unanswered, until released "
+                  "or until that kubelet stops")
+
+    def _running_plan(self) -> FaultPlan:
+        """The fault plan of the running kubelet's registration service: the fake kubelet's own, or the relay's in
+        front of a real one."""
+        fake, node = self.fake, self.env.node
+        if fake is not None and fake.manager is not None:
+            return fake.manager.faults
+        relay = getattr(getattr(node, "shell", None), "relay", None) if isinstance(node, LocalNode) else None
+        if relay is None:
+            raise Inconclusive(f"a call held in flight needs the fake kubelet or the relay in front of a real one; "
+                               f"the {type(node).__name__} has neither")
+        return relay.faults
+
+    def kubelet_arm(self) -> Callable[[Any], object] | None:
+        """What a starting kubelet arms before it serves: every hold not yet received (a hold armed on a kubelet
+        that stopped without receiving its call moves on to the next one)."""
+        waiting = [h for h in self.held_calls.values() if not h.released and not h.received()]
+        if not waiting:
+            return None
+        node = self.env.node
+        if self.fake is None and not isinstance(node, LocalNode):
+            raise Inconclusive(f"a call held in flight needs the fake kubelet or a local real one, not the "
+                               f"{type(node).__name__}")
+
+        def arm(manager: Any) -> None:
+            # The instance is known once it has started (start_kubelet fills it in).
+            for hold in waiting:
+                hold.faults.append((None, manager.faults.hold(hold.method)))
+
+        return arm
+
+    def start_kubelet(self, keep_sockets: bool = False) -> None:
+        """Start the kubelet with what must be armed before it serves: the holds waiting for a call, and (the fake
+        kubelet's own) keeping the plugin sockets."""
+        node, hold = self.env.node, self.kubelet_arm()
+        if keep_sockets:
+            if self.fake is None:
+                raise Inconclusive("a kubelet that keeps the plugin sockets needs the fake kubelet")
+
+            def arm(manager: Any) -> None:
+                manager.keep_sockets = True
+                if hold is not None:
+                    hold(manager)
+
+            self.fake.start_kubelet(arm=arm)
+        elif hold is not None:
+            node.start_kubelet(arm=hold)
+        else:
+            node.start_kubelet()
+        for held in self.held_calls.values():
+            held.faults = [(node.instance if n is None else n, f) for n, f in held.faults]
+
+    def _do_release(self, step: Step) -> None:
+        method = step.arg["call"]
+        hold = self.held_calls.get(method)
+        if hold is None or hold.released:
+            raise Inconclusive(f"no {method} is held: arm one with hold: {{call: {method}}} first")
+        hold.released = True
+        holding = hold.in_flight()
+        for _, fault in hold.faults:
+            fault.release.set()
+        self.env.timeline.record("fault.released", "harness", method=method, in_flight=holding is not None)
+        if holding is not None:
+            self.tell(f"released: kubelet instance {holding[0]} answers the {method} it held")
+        elif hold.received():
+            self.tell(f"released: the held {method} had already ended with the kubelet that held it")
+        else:
+            self.tell(f"released: no {method} had arrived; the hold is disarmed")
+
+    def release_all(self) -> None:
+        """At the end of a run: nothing stays held (a held handler thread would outlive its kubelet)."""
+        for hold in self.held_calls.values():
+            for _, fault in hold.faults:
+                fault.release.set()
+
+    # -- a socket deleted by hand -----------------------------------------------------------------------
+
+    def _do_socket(self, step: Step) -> None:
+        target = step.arg["delete"]
+        path, whose = self._socket_path(target)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            raise Inconclusive(f"no socket to delete at {path} ({whose})") from None
+        self.env.timeline.record("fault.socket_deleted", "harness", socket=str(path), name=path.name, whose=whose)
+        mirrored = "; the relay mirrors it to the other side" if isinstance(self.env.node, LocalNode) else ""
+        self.tell(f"deleted {path.name}, {whose} (an rm: whoever serves it keeps serving an unreachable path"
+                  f"{mirrored})")
+
+    def _socket_path(self, target: str) -> tuple[Path, str]:
+        """The socket a scenario deletes, where its owner made it, and whose it is; never outside the sandbox."""
+        node, sandbox = self.env.node, self.env.sandbox
+        if target in ("kubelet", KUBELET_SOCKET):
+            if self.fake is None and not isinstance(node, LocalNode):
+                raise Inconclusive(f"the {type(node).__name__}'s kubelet.sock is out of fakelet's reach")
+            path, whose = Path(node.kubelet_socket), "the kubelet's registration socket"  # type: ignore[union-attr]
+        elif target == "plugin":
+            path, whose = sandbox.plugin_dir / self._registered_endpoint(), "the plugin's registered endpoint"
+        else:
+            path, whose = sandbox.plugin_dir / target, "a socket in the plugin's device-plugins directory"
+        if not path.resolve().is_relative_to(sandbox.path.resolve()):
+            raise Inconclusive(f"{path} is outside the run's sandbox: fakelet deletes nothing there")
+        return path, whose
+
+    def _registered_endpoint(self) -> str:
+        accepted = [e for e in self.env.timeline.events(self.began_ns, "kubelet.register") if e.get("accepted")]
+        if not accepted:
+            raise Inconclusive("socket: {delete: plugin} needs a registration first: the plugin named no endpoint")
+        endpoint = str(accepted[-1].get("endpoint") or "")
+        if not endpoint or "/" in endpoint or endpoint in (".", ".."):
+            raise Inconclusive(f"the plugin registered the endpoint {endpoint!r}, not a socket name in the "
+                               "device-plugins directory: name the file to delete")
+        return endpoint
