@@ -186,3 +186,14 @@ def test_a_call_the_plugin_never_answers_ends_when_the_relay_closes(rig: Rig) ->
     assert time.monotonic() - t0 < WAIT_S and ended and ended[0] != grpc.StatusCode.OK
     for path in (rig.kubelet_dir / ENDPOINT, rig.plugin_dir / "kubelet.sock"):
         assert not os.path.lexists(path) or path.name == "kubelet.sock"  # kubelet.sock stays, dead, as the kubelet's
+
+
+def test_a_message_above_the_kubelets_limit_passes_unchanged_and_is_recorded_as_refused(rig: Rig) -> None:
+    """The kubelet judges it (it fails the stream); the relay's record carries no list the kubelet never applied."""
+    long_id = "d" * 1024
+    rig.plugin([(f"{long_id}-{i}", "Healthy") for i in range(4500)])  # about 4.7 MB in one ListAndWatch message
+    rig.register()
+    refused = rig.wait(rig.timeline, "kubelet.over_limit", what="ListAndWatch message")
+    assert refused.get("bytes") > 4 * 1024 * 1024 and refused.get("finding")
+    rig.wait(rig.kubelet_timeline, "kubelet.over_limit", what="ListAndWatch message")  # it reached the kubelet
+    assert rig.timeline.find(lambda e: e.kind == "grpc.stream_msg") == []

@@ -37,8 +37,10 @@ def test_one_response_per_container(dp_env: DPEnv) -> None:
         env.node.admit_pod("pod-alc-01", {env.spec.resource: 1})
     except AdmissionError as err:
         raise AssertionError(f"expected the pod to be admitted; saw: {err}") from None
-    call = env.timeline.find(lambda e: e.kind == "grpc.call" and e.get("method") == "Allocate"
-                             and e.source == "kubelet", t)[-1]
+    calls = env.timeline.find(lambda e: e.kind == "grpc.call" and e.get("method") == "Allocate"
+                              and e.source == "kubelet", t)
+    expect(bool(calls), "the kubelet's Allocate call for the admitted pod", "no Allocate call on the wire")
+    call = calls[-1]
     got = len(call.get("response", {}).get("container_responses", []))
     expect(got == 1, "1 container response to the kubelet's 1 container request", f"{got} at {env.at(call)}")
     with env.probe(reg) as probe:

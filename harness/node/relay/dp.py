@@ -35,6 +35,7 @@ from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, status_of
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
 from harness.kubelet.devicemanager import KUBELET_SOCKET, go_join, probe_listening
+from harness.kubelet.endpoint import record_over_limit
 from harness.node.relay.forward import (
     Method,
     MethodTable,
@@ -370,6 +371,9 @@ class DevicePluginRelay:
         # The kubelet reached the socket: its dial is done, whatever the call makes of it (on the record too).
         self._record_dial(endpoint, endpoint_id, "OK")
         done = forward_unary(endpoint.channel, method, raw, context)
+        if done.response is not None and len(done.response) > KUBELET_MAX_RECV_BYTES:
+            record_over_limit(self.timeline, f"{method.response.__name__}", len(done.response),
+                              endpoint_id=endpoint_id, resource=endpoint.resource, relay=True)
         response = decode(method.response, done.response)
         self.timeline.record("grpc.call", "kubelet", side="client", method=method.name,
                              request=to_dict(decode(method.request, raw)), response=to_dict(response),
@@ -390,6 +394,12 @@ class DevicePluginRelay:
         done = Outcome()
 
         def on_message(message: bytes) -> None:
+            if len(message) > KUBELET_MAX_RECV_BYTES:
+                # Passed on as it came: the kubelet's gRPC refuses it and fails the stream. Recorded as the fake
+                # kubelet records it, so no check reads a list the kubelet never applied.
+                record_over_limit(self.timeline, f"{method.name} message", len(message), endpoint_id=endpoint_id,
+                                  resource=resource, relay=True)
+                return
             self.timeline.record("grpc.stream_msg", "kubelet", side="client", method=method.name,
                                  endpoint_id=endpoint_id, resource=resource,
                                  message=to_dict(decode(method.response, message)), bytes=len(message), relay=True)
