@@ -155,6 +155,24 @@ def test_the_fidelity_table_has_no_unexplained_difference(target: fidelity.Targe
         assert not {"Dev-1", "Dev-2"} & ({p.name for p in Path("/tmp").iterdir()} - host_tmp)
 
 
+# Under FAKELET_FIDELITY=full: the fake kubelet's model of each release beside the real build of that release
+# (the newest patch the proxy serves; a cold build takes about 10 minutes, then it is cached).
+OTHER_RELEASES = ("1.32", "1.33", "1.34", "1.35", "1.37") if os.environ.get(FULL_ENV) == "full" else ()
+
+
+@real
+@pytest.mark.parametrize("release", OTHER_RELEASES)
+def test_the_fake_models_each_release_as_its_real_build_behaves(release: str, tmp_path: Path) -> None:
+    need_real_kubelet()
+    out = tmp_path / "fidelity"
+    argv = ["fidelity", "--subject", "reference-dp", "--kubelet-version", release, "--out", str(out), "--jobs", "4"]
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", *argv], capture_output=True, text=True,
+                          timeout=FIDELITY_TIMEOUT_S + 1800, env=dict(os.environ, GRPC_VERBOSITY="ERROR"))
+    assert (out / "fidelity.json").exists(), f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    gaps = [r for r in json.loads((out / "fidelity.json").read_text())["rows"] if r["gap"]]
+    assert gaps == [], "\n".join(f"{r['check']}: fake {r['fake']}, real {r['real']}: {r['detail']}" for r in gaps)
+
+
 def test_a_broken_targets_file_names_the_file_and_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "targets.yaml"
     bad.write_text("targets:\n  - {subjct: reference-dp}\n")
