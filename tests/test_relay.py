@@ -197,3 +197,19 @@ def test_a_message_above_the_kubelets_limit_passes_unchanged_and_is_recorded_as_
     assert refused.get("bytes") > 4 * 1024 * 1024 and refused.get("finding")
     rig.wait(rig.kubelet_timeline, "kubelet.over_limit", what="ListAndWatch message")  # it reached the kubelet
     assert rig.timeline.find(lambda e: e.kind == "grpc.stream_msg") == []
+
+
+def test_what_the_plugin_writes_to_the_kubelets_files_reaches_them(rig: Rig) -> None:
+    """A plugin that overwrites or deletes the kubelet's checkpoint does it to the kubelet's own, as it would on a
+    direct connection (the corrupt-checkpoint mutant passed DP-ROB-02 on the real kubelet while only a copy broke)."""
+    rig.plugin()
+    rig.register()
+    rig.wait(rig.timeline, "relay.mirror", name="kubelet_internal_checkpoint", what="copied", side="plugin")
+    t = rig.timeline.now()
+    (rig.plugin_dir / "kubelet_internal_checkpoint").write_bytes(b"garbage")
+    rig.wait(rig.timeline, "relay.mirror", t, name="kubelet_internal_checkpoint", what="copied", side="kubelet")
+    assert (rig.kubelet_dir / "kubelet_internal_checkpoint").read_bytes() == b"garbage"
+    t = rig.timeline.now()
+    (rig.plugin_dir / "kubelet_internal_checkpoint").unlink()
+    rig.wait(rig.timeline, "relay.mirror", t, name="kubelet_internal_checkpoint", what="deleted", side="kubelet")
+    assert not (rig.kubelet_dir / "kubelet_internal_checkpoint").exists()

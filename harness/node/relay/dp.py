@@ -51,6 +51,9 @@ from harness.wire import dp
 
 PLUGIN, KUBELET = "plugin", "kubelet"
 SERVER_STOP_S = 5.0
+# The kubelet's Register errors for a failed dial or GetDevicePluginOptions inside it (devicemanager
+# plugin/v1beta1 client.go errFailedToDialDevicePlugin; manager.go PluginConnected).
+KUBELET_CALL_ERRORS = ("failed to dial device plugin", "failed to get device plugin options")
 REGISTER = Method("v1beta1.Registration", "Register", dp.RegisterRequest, dp.Empty)
 DEVICE_PLUGIN = [
     Method("v1beta1.DevicePlugin", "GetDevicePluginOptions", dp.Empty, dp.DevicePluginOptions),
@@ -104,7 +107,9 @@ class DevicePluginRelay:
         self._channels: list[grpc.Channel] = []
         self._registration: grpc.Server | None = None
         self._kubelet_channel: grpc.Channel | None = None
-        self._copies: set[str] = set()  # the kubelet's files copied to the plugin's directory
+        # Regular files kept the same on both sides (the kubelet's checkpoint above all): a plugin that writes or
+        # deletes one does it to the kubelet's, as it would on a direct connection.
+        self._copies: set[str] = set()
         # Faults on the wire, per kubelet instance as the fake kubelet's (a rejected or held Register): the
         # plan armed for the next kubelet.sock, and the one its registration socket applies.
         self._next_faults: FaultPlan | None = None
@@ -177,8 +182,11 @@ class DevicePluginRelay:
                 self._kubelet_changed(name, what)
 
     def _plugin_changed(self, name: str, what: str) -> None:
-        if name == KUBELET_SOCKET or name in self._copies:
-            return  # the plugin's view of the kubelet's own files: the relay keeps those
+        if name == KUBELET_SOCKET:
+            return  # the relay's own
+        if name in self._copies or (what != DELETED and not name.startswith(".") and self._is_file(PLUGIN, name)):
+            self._file_changed(PLUGIN, name, what)
+            return
         if what == CREATED and is_socket(self.plugin_dir / name):
             if name not in self._endpoints:
                 self._open_endpoint(name)
@@ -194,11 +202,8 @@ class DevicePluginRelay:
             return
         if name in self._endpoints and what == DELETED:
             self._drop_endpoint(name, PLUGIN, "the kubelet deleted the socket")
-        elif what == DELETED and name in self._copies:
-            self._copies.discard(name)
-            self._unlink(PLUGIN, name)
-        elif what != DELETED and not name.startswith(".") and name not in self._endpoints:
-            self._copy_file(name)
+        elif name in self._copies or (what != DELETED and not name.startswith(".") and name not in self._endpoints):
+            self._file_changed(KUBELET, name, what)
 
     def _unlink(self, side: str, name: str) -> None:
         directory = self.plugin_dir if side == PLUGIN else self.kubelet_dir
@@ -220,20 +225,36 @@ class DevicePluginRelay:
         os.link(private, directory / name)
         private.unlink()
 
-    def _copy_file(self, name: str) -> None:
-        source = self.kubelet_dir / name
+    def _dir(self, side: str) -> Path:
+        return self.plugin_dir if side == PLUGIN else self.kubelet_dir
+
+    def _is_file(self, side: str, name: str) -> bool:
         try:
-            if not stat.S_ISREG(os.lstat(source).st_mode):
+            return stat.S_ISREG(os.lstat(self._dir(side) / name).st_mode)
+        except OSError:
+            return False
+
+    def _file_changed(self, side: str, name: str, what: str) -> None:
+        """A regular file written or deleted on `side`: the same on the other (temp files, dot-named, stay)."""
+        other = KUBELET if side == PLUGIN else PLUGIN
+        if what == DELETED:
+            if name in self._copies:
+                self._copies.discard(name)
+                self._unlink(other, name)
+                self.timeline.record("relay.mirror", "relay", name=name, what="deleted", side=other)
+            return
+        try:
+            if not self._is_file(side, name):
                 return
             staged = self.state_dir / f"copy-{next(self._serial)}"
-            shutil.copyfile(source, staged)
+            shutil.copyfile(self._dir(side) / name, staged)
         except OSError:
             return  # gone again already: its deletion follows
         assert self.mirror is not None
-        self.mirror.expect_echo(PLUGIN, name, CREATED)
-        os.replace(staged, self.plugin_dir / name)
+        self.mirror.expect_echo(other, name, CREATED)
+        os.replace(staged, self._dir(other) / name)
         self._copies.add(name)
-        self.timeline.record("relay.mirror", "relay", name=name, what="copied", side=PLUGIN)
+        self.timeline.record("relay.mirror", "relay", name=name, what="copied", side=other)
 
     # -- the kubelet's registration socket, in the plugin's directory ---------------------------------
 
@@ -317,6 +338,10 @@ class DevicePluginRelay:
         accepted = done.outcome == "OK"
         if pending.options_call is not None:
             event["options_call"] = pending.options_call
+        elif any(e in done.outcome for e in KUBELET_CALL_ERRORS):
+            # The kubelet's dial or GetDevicePluginOptions failed where the relay could not see it (an endpoint
+            # that is not a plugin's socket, such as kubelet.sock itself): its own error says so.
+            event["options_call"] = {"ok": False, "error": context_details(done)}
         if accepted:
             event.update(served_options=pending.served_options or {}, endpoint_id=pending.endpoint_id)
         else:
