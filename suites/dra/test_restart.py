@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import os
 
+from harness.controlplane.scheduler import PodClaim
 from harness.spec.checks import MUST, SHOULD, check, expect
 from harness.world.draenv import DRAEnv
 from suites.dra.common import is_socket, registered
 
 
-def serves_prepare(env: DRAEnv) -> None:
-    """The kubelet's new connection answers a prepare: a real claim when there is an API server."""
+def serves_prepare(env: DRAEnv, kubelet_started_ns: int | None = None) -> None:
+    """The kubelet's new connection answers a prepare: a real claim when there is an API server.
+
+    A real kubelet prepares claims only for a pod it runs: there a real pod with a claim runs (its claim
+    prepared by the kubelet, through the relay). `kubelet_started_ns`: when that kubelet started, whose
+    start deleted the node's ResourceSlices (the driver's republishing them is part of serving again)."""
     if env.client is None:
         env.conn().node_prepare([], timeout_s=env.profile.dra_call_timeout_s)
+        return
+    if env.real:
+        if kubelet_started_ns is not None:
+            env.wait_republished(kubelet_started_ns)
+        else:
+            env.wait_allocatable(1)
+        env.run_pod([PodClaim("gpu")], "after-restart")
         return
     env.wait_allocatable(1)
     pod = env.new_pod()
@@ -30,7 +42,7 @@ def test_kubelet_restart(dra_env: DRAEnv) -> None:
     env.node.restart_kubelet()
     reg = env.wait_dra_registered(t)
     expect(env.subject.running, "the plugin still running", "it exited")
-    serves_prepare(env)
+    serves_prepare(env, t)
     expect(reg.t_ns >= t, "a registration with the new kubelet", "none")
 
 
@@ -59,4 +71,4 @@ def test_registration_socket_deleted(dra_env: DRAEnv) -> None:
     env.timeline.record("fault.registration_socket_removed", "harness", socket=socket)
     env.node.start_kubelet()
     env.wait_dra_registered(t)
-    serves_prepare(env)
+    serves_prepare(env, t)
