@@ -190,3 +190,46 @@ def test_a_connection_to_a_socket_nobody_serves_is_closed(tmp: Path) -> None:
         assert seen == ["refused"]
     finally:
         relay.close()
+
+
+def test_an_endpoint_named_in_the_drivers_mount_namespace_is_translated(tmp: Path) -> None:
+    """A driver in a mount namespace names /var/lib/kubelet/plugins/...: the relay dials the sandbox's copy of
+    that path, and gives the kubelet the same path under its own plugins dir."""
+    driver_plugins, kubelet_plugins = tmp / "plugins", tmp / "k-plugins"
+    host = "/var/lib/kubelet"
+
+    def translate(path: str) -> str:
+        return str(tmp) + path[len(host):] if path.startswith(host + "/") else path
+
+    relay = DRARelay(Timeline(), tmp / "registry", driver_plugins, tmp / "k-registry", kubelet_plugins,
+                     "/var/lib/kubelet/plugins", tmp / "relay", lambda: 1, translate).start()
+    try:
+        kubelet_path = relay._endpoint_for(f"{host}/plugins/{DRIVER}/dra.sock", DRIVER)
+        assert kubelet_path == f"/var/lib/kubelet/plugins/{DRIVER}/dra.sock"
+        assert is_socket(kubelet_plugins / DRIVER / "dra.sock")
+        # An endpoint outside the plugins dir gets a place of the relay's own there.
+        elsewhere = relay._endpoint_for(str(tmp / "other.sock"), DRIVER)
+        assert elsewhere.startswith("/var/lib/kubelet/plugins/fakelet-relay/")
+        assert relay._endpoint_for(f"{host}/plugins/{DRIVER}/dra.sock", DRIVER) == kubelet_path  # made once
+    finally:
+        relay.close()
+    assert not os.path.lexists(kubelet_plugins / DRIVER / "dra.sock")
+
+
+def test_a_getinfo_past_the_kubelets_second_is_recorded_as_the_kubelet_saw_it(tmp: Path) -> None:
+    """The kubelet's own 1 s deadline ends a slow GetInfo: the relay's record says DeadlineExceeded, as the fake
+    kubelet's does, not the cancellation that reached the relay."""
+    inventory = Inventory.load(fixtures_dir() / "inventories" / "basic.yaml")
+    with DeviceBackend(tmp / "hw", inventory):
+        rig = Rig(tmp)
+        rig.driver = Driver(tmp, defect="getinfo-slow")
+        try:
+            rig.node.start_kubelet()
+            rig.relay.start()
+            rig.driver.start()
+            fake = rig.wait(rig.kubelet_timeline, "pluginwatcher.getinfo")
+            seen = rig.wait(rig.timeline, "pluginwatcher.getinfo")
+            assert fake.get("outcome") == seen.get("outcome") == (
+                "rpc error: code = DeadlineExceeded desc = context deadline exceeded")
+        finally:
+            rig.close()

@@ -25,7 +25,7 @@ from harness.controlplane.client import RESOURCE_API, KubeClient
 from harness.controlplane.scheduler import PodClaim, Scheduler, pod_body
 from harness.controlplane.taints import TaintRules, describe_taint
 from harness.instruments.teardown import run_all
-from harness.instruments.timeline import Event
+from harness.instruments.timeline import Event, WaitTimeout
 from harness.kubelet import dracheckpoint
 from harness.kubelet.dramanager import DRAError, DRAManager, DRAPluginConn
 from harness.kubelet.versions import HEALTH_SHORT, SERVICE_SHORT, KubeletVersion
@@ -187,11 +187,15 @@ class DRAEnv(DPEnv):
             self.wait_wiped(since)
 
     def wait_wiped(self, since_ns: int) -> Event:
-        """A real kubelet's start-up wipe of the node's ResourceSlices (its log's `dra.wipe`)."""
-        return self.timeline.wait_for(
-            lambda e: e.kind == "dra.wipe" and e.get("real"), self.profile.reaction_s,
-            "the real kubelet's start-up deletion of the node's ResourceSlices", since_ns,
-            abort=lambda e: e.kind == "kubelet.exit", relevant=("dra.wipe", "kubelet.start", "kubelet.exit"))
+        """A real kubelet's start-up wipe of the node's ResourceSlices (its log's `dra.wipe`). Not seeing it is
+        the harness's error, never the driver's failure: the kubelet does it, whatever the driver does."""
+        try:
+            return self.timeline.wait_for(
+                lambda e: e.kind == "dra.wipe" and e.get("real"), self.profile.reaction_s,
+                "the real kubelet's start-up deletion of the node's ResourceSlices", since_ns,
+                abort=lambda e: e.kind == "kubelet.exit", relevant=("dra.wipe", "kubelet.start", "kubelet.exit"))
+        except WaitTimeout as err:
+            raise RuntimeError(f"the real kubelet's log did not show its start-up ResourceSlice wipe: {err}") from None
 
     def wait_republished(self, restarted_ns: int) -> Event:
         """After a real kubelet's (re)start: its wipe, then the driver's slices published again."""

@@ -75,6 +75,9 @@ DRA_METHODS = [
 ]
 # operation_generator.go GenerateRegisterPluginFunc: the status a failed handler RegisterPlugin is notified with.
 REGISTRATION_FAILED = "RegisterPlugin error -- plugin registration failed with err: "
+# A kubelet cancel this close to the call's deadline is the deadline: the deadline travels as the time that
+# remained when the kubelet sent the call, so the relay's copy ends later by the call's transit.
+DEADLINE_SLACK_S = 0.25
 RELAY_DIR = "fakelet-relay"  # under the kubelet's plugins dir: endpoints the driver put outside its plugins dir
 
 
@@ -85,11 +88,17 @@ def is_socket(path: Path) -> bool:
         return False
 
 
-def go_outcome(done: Outcome) -> str:
+def go_outcome(done: Outcome, context: grpc.ServicerContext | None = None) -> str:
     """"OK", or Go's %v of the gRPC error the kubelet got (endpoint.go_status), from the relay's record."""
     if done.outcome == "OK":
         return "OK"
     if done.cancelled_by_caller:
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is not None and remaining <= DEADLINE_SLACK_S:
+            # The kubelet's own deadline ended the call (GetInfo's 1 s): it saw its context's deadline. Its
+            # cancel arrives a moment before the relay's copy of that deadline, which started when the call
+            # reached the relay.
+            return "rpc error: code = DeadlineExceeded desc = context deadline exceeded"
         return "rpc error: code = Canceled desc = context canceled"
     code, _, details = done.outcome.partition(": ")
     name = "Canceled" if code == "CANCELLED" else "".join(w.capitalize() for w in code.split("_"))
@@ -270,7 +279,9 @@ class DRARelay:
         base = {"socket": socket, "instance": self.kubelet_instance(), "relay": True}
         info = decode(reg.PluginInfo, done.response) if done.outcome == "OK" else None
         if info is None:
-            outcome = go_outcome(done) if done.outcome != "OK" else "rpc error: code = Internal desc = unparsable"
+            # An answer that does not parse fails the kubelet's own unmarshalling: an Internal error.
+            unparsable = "rpc error: code = Internal desc = grpc: failed to unmarshal the received message"
+            outcome = go_outcome(done, context) if done.outcome != "OK" else unparsable
             self.timeline.record("pluginwatcher.getinfo", "pluginwatcher", outcome=outcome, **base)
             return answer(done, context)
         versions = list(info.supported_versions)
@@ -363,7 +374,7 @@ class DRARelay:
         ok = done.outcome == "OK" and response is not None
         claims = [c.uid for c in request.claims] if request is not None else []  # type: ignore[attr-defined]
         self.timeline.record("dra.unprepare" if unprepare else "dra.prepare", "kubelet",
-                             outcome="OK" if ok else go_outcome(done),
+                             outcome="OK" if ok else go_outcome(done, context),
                              results=results_to_dict(response, unprepare) if ok else {},
                              duration_s=done.duration_s, driver=driver, endpoint=endpoint,
                              service_version=DRA_SERVICES[method.service][0], claims=claims, via="pod",
