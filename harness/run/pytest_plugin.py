@@ -220,7 +220,7 @@ class Collector:
 
     def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> NodeAccess:
         """Where the real kubelet joins, or end the check: not exercised there, or skipped with why not."""
-        # Every device-plugin check runs there, through the relay (harness/node/relay); one that needs a
+        # Every DP and DRA check runs there, through the relays (harness/node/relay); one that needs a
         # fault only the fake kubelet injects ends as not exercised when it asks for it (NotOnRealKubelet).
         why = realnode_unavailable()
         if why:

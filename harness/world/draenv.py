@@ -207,7 +207,8 @@ class DRAEnv(DPEnv):
     def fake_dra(self) -> DRAManager:
         """The fake kubelet's DRA manager, for a fault only it injects (NotOnRealKubelet on a real node)."""
         if self.real:
-            raise NotOnRealKubelet("the fault is injected into the fake kubelet's DRA manager")
+            raise NotOnRealKubelet("the fault is injected into the fake kubelet's DRA manager (a real kubelet's "
+                                   "cannot be made to reject a registration or hold a call)")
         assert isinstance(self.node, FakeNode) and self.node.dra is not None
         return self.node.dra
 
