@@ -197,13 +197,6 @@ class DRAEnv(DPEnv):
         except WaitTimeout as err:
             raise RuntimeError(f"the real kubelet's log did not show its start-up ResourceSlice wipe: {err}") from None
 
-    def wait_republished(self, restarted_ns: int) -> Event:
-        """After a real kubelet's (re)start: its wipe, then the driver's slices published again."""
-        wiped = self.wait_wiped(restarted_ns)
-        return self.wait_slices(lambda e: bool(e.get("devices")),
-                                f"the ResourceSlices of {self.driver} published again after the kubelet deleted "
-                                "them at its start", wiped.t_ns)
-
     def fake_dra(self) -> DRAManager:
         """The fake kubelet's DRA manager, for a fault only it injects (NotOnRealKubelet on a real node)."""
         if self.real:
