@@ -137,8 +137,10 @@ class DRAPluginConn:
 
     def __init__(self, driver: str, endpoint: str, service: str, health_service: str | None,
                  call_timeout_s: float, timeline: Timeline, dial_path: str | None = None,
-                 kubelet_instance: int | None = None) -> None:
-        self.driver, self.endpoint, self.service = driver, endpoint, service
+                 kubelet_instance: int | None = None, source: str = "kubelet") -> None:
+        """`source`: who the calls are recorded as from (the harness's own client to a driver that a real
+        kubelet registered records as "harness": the kubelet did not make those calls)."""
+        self.driver, self.endpoint, self.service, self.source = driver, endpoint, service, source
         self.id, self.kubelet_instance = next(endpoint_ids), kubelet_instance
         self.service_version = SERVICE_SHORT[service]
         self.health_service = health_service
@@ -149,7 +151,7 @@ class DRAPluginConn:
         # dra_plugin_manager.go add(): grpc.NewClient("unix:" + endpoint): created once, connects on demand.
         self.dial_path = dial_path or endpoint  # where fakelet finds the socket the plugin named
         self.raw = grpc.insecure_channel(f"unix:{self.dial_path}")
-        self.channel = grpc.intercept_channel(self.raw, RecordingClientInterceptor(timeline, "kubelet"))
+        self.channel = grpc.intercept_channel(self.raw, RecordingClientInterceptor(timeline, source))
         self.health: HealthStream | None = None
         self._closed = False
 
@@ -188,10 +190,10 @@ class DRAPluginConn:
         try:
             results = call()
         except grpc.RpcError as err:
-            self.timeline.record(kind, "kubelet", outcome=go_status(err), results={},
+            self.timeline.record(kind, self.source, outcome=go_status(err), results={},
                                  duration_s=round(time.monotonic() - t0, 6), **event)
             raise
-        self.timeline.record(kind, "kubelet", outcome="OK", results=results,
+        self.timeline.record(kind, self.source, outcome="OK", results=results,
                              duration_s=round(time.monotonic() - t0, 6), **event)
         return results
 

@@ -375,8 +375,8 @@ def prebuild(run: RunConfig) -> None:
     report (they skip with its reason)."""
     with contextlib.suppress(SubjectUnavailable):
         run.resolve_binary()
-    # DRA checks do not run on the real kubelet here (pytest_plugin.DRA_REAL_REASON): no kubelet to build.
-    if run.node == "real" and not run.spec.is_dra and realnode_unavailable() is None:
+    # DP and DRA checks alike run on the real kubelet (through the relays): build it once, here.
+    if run.node == "real" and realnode_unavailable() is None:
         with contextlib.suppress(ControlPlaneUnavailable):
             find_kubelet(run.kubelet_version.name)
 

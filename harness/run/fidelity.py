@@ -1,7 +1,8 @@
 """`fakelet fidelity`: the same checks on the fake kubelet and on the real one, side by side.
 
-For each target (a subject, as a mutant or not) it runs the device-plugin checks
-twice, once on each kubelet (the real one through the relay, harness/node/relay),
+For each target (a subject, as a mutant or not) it runs the checks of its kind (the
+device-plugin checks, or the DRA checks for a DRA driver) twice, once on each kubelet
+(the real one through the relays, harness/node/relay),
 and writes a table: check x target x {fake, real} verdicts, with
 the reaction times each kubelet's run measured. A verdict that differs is a
 *fidelity gap* unless fixtures/fidelity.yaml lists it as a known, explained
@@ -24,7 +25,7 @@ from typing import Any
 
 from harness.config.runconfig import RunConfig, check_kubelet_version
 from harness.kubelet.versions import KUBELET_VERSIONS, minor_of
-from harness.spec.checks import catalog
+from harness.spec.checks import SUITES, catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
 from reports.model import NOT_EXERCISED, SKIP, SubjectReport
 
@@ -128,7 +129,8 @@ def load_targets(path: Path) -> tuple[list[Target], list[Known]]:
     for n, item in enumerate(data.get("targets") or []):
         where = f"{path}: targets[{n}]"
         f = _fields(item, TARGET_FIELDS, where)
-        targets.append(Target(f["subject"], f.get("defect"), _checks(f.get("checks"), f"{where}.checks")))
+        targets.append(Target(f["subject"], f.get("defect"),
+                              _checks(f.get("checks"), f"{where}.checks", subject_kind(f["subject"]))))
     for n, item in enumerate(data.get("known") or []):
         where = f"{path}: known[{n}]"
         f = _fields(item, KNOWN_FIELDS, where)
@@ -141,15 +143,15 @@ def load_targets(path: Path) -> tuple[list[Target], list[Known]]:
     return targets, known
 
 
-def _checks(value: Any, where: str) -> tuple[str, ...] | None:
+def _checks(value: Any, where: str, kind: str) -> tuple[str, ...] | None:
     if value is None:
         return None
-    known = set(node_checks())
+    known = set(node_checks(kind))
     if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
         raise ProfileError(f"{where}: a list of check IDs")
     unknown = sorted(set(value) - known)
     if unknown:
-        raise ProfileError(f"{where}: unknown check(s) {unknown}; the device-plugin checks are DP-*")
+        raise ProfileError(f"{where}: unknown check(s) {unknown}; a {kind} subject's checks are {SUITES[kind]}'s")
     return tuple(value)
 
 
@@ -157,20 +159,26 @@ def default_targets_file() -> Path:
     return fixtures_dir() / DEFAULT_TARGETS
 
 
-def node_checks() -> list[str]:
-    """Every device-plugin check: the real kubelet runs each through the relay (one that needs a fault only the
-    fake injects says so, not exercised)."""
-    return sorted(catalog("suites.dp"))
+def subject_kind(subject: str) -> str:
+    return load_subject(subject).kind
+
+
+def node_checks(kind: str = "device-plugin") -> list[str]:
+    """Every check of a subject kind: the real kubelet runs each through the relay (harness/node/relay: dp.py
+    for device plugins, dra.py for DRA drivers); one that needs a fault only the fake injects says so, not
+    exercised."""
+    return sorted(catalog(SUITES[kind]))
 
 
 def target_checks(target: Target) -> list[str]:
     if target.checks is not None:
         return list(target.checks)
+    kind = subject_kind(target.subject)
     if is_mutant(target):
         assert target.defect is not None
         kills = load_subject(target.subject).defects[target.defect].kills
-        return sorted(set(kills) & set(node_checks()))
-    return node_checks()
+        return sorted(set(kills) & set(node_checks(kind)))
+    return node_checks(kind)
 
 
 def is_mutant(target: Target) -> bool:

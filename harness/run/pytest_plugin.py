@@ -165,8 +165,6 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
     return item.get_closest_marker("fakelet_check")
 
 
-DRA_REAL_REASON = ("on the real kubelet: the DRA checks read the kubelet's side of the gRPC wire or drive "
-                   "its DRA manager; `fakelet fidelity` runs a real pod with a claim on the real kubelet")
 DETAIL_CAP_CHARS = 16_000
 # How long an interrupted run's xdist workers get to tear their checks down: under `fakelet run`'s own
 # grace (harness/run/commands.py INTERRUPT_GRACE_S), after which it kills the whole check run.
@@ -222,7 +220,7 @@ class Collector:
 
     def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> NodeAccess:
         """Where the real kubelet joins, or end the check: not exercised there, or skipped with why not."""
-        # Every device-plugin check runs there, through the relay (harness/node/relay); one that needs a
+        # Every DP and DRA check runs there, through the relays (harness/node/relay); one that needs a
         # fault only the fake kubelet injects ends as not exercised when it asks for it (NotOnRealKubelet).
         why = realnode_unavailable()
         if why:
@@ -292,14 +290,15 @@ class Collector:
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
         if self.run.cluster == "kind":
             not_exercised(KIND_REASON)
-        if self.run.node == "real":
-            # DRA on the real kubelet runs in the fidelity suite (tests/test_fidelity.py), as far as it goes here.
-            not_exercised(DRA_REAL_REASON)
+        # On the real kubelet every DRA check runs through the DRA relay (harness/node/relay/dra.py); one that
+        # needs a fault only the fake kubelet injects ends as not exercised when it asks for it.
+        real_node = self._real_node(request, mark) if self.run.node == "real" else None
         plane, why = fakelet_control_plane
         try:
             binary = self.run.resolve_binary()
             env = DRAEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
-                         kubelet_version=self.run.kubelet_version, control_plane=plane, control_plane_error=why)
+                         kubelet_version=self.run.kubelet_version, control_plane=plane, control_plane_error=why,
+                         real_node=real_node)
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:

@@ -25,14 +25,14 @@ from harness.controlplane.client import RESOURCE_API, KubeClient
 from harness.controlplane.scheduler import PodClaim, Scheduler, pod_body
 from harness.controlplane.taints import TaintRules, describe_taint
 from harness.instruments.teardown import run_all
-from harness.instruments.timeline import Event
+from harness.instruments.timeline import Event, WaitTimeout
 from harness.kubelet import dracheckpoint
-from harness.kubelet.dramanager import DRAError
-from harness.kubelet.versions import KubeletVersion
+from harness.kubelet.dramanager import DRAError, DRAManager, DRAPluginConn
+from harness.kubelet.versions import HEALTH_SHORT, SERVICE_SHORT, KubeletVersion
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.node.fake import FakeNode
 from harness.node.interface import NodeApi
-from harness.node.real.localnode import LocalNode, NodeAccess
+from harness.node.real.localnode import LocalNode, NodeAccess, NotOnRealKubelet
 from harness.spec.checks import unavailable, with_install
 from harness.spec.profiles import Profile
 from harness.spec.subjects import SubjectSpec
@@ -91,6 +91,7 @@ class DRAEnv(DPEnv):
         self._slice_stop = threading.Event()
         self._slice_thread: threading.Thread | None = None
         self._api_objects = False
+        self._own_conn: DRAPluginConn | None = None  # on a real kubelet: the harness's connection to the driver
         super().__init__(spec, profile, defect, seed, binary, artifacts, real_node=real_node)
         self.driver = spec.driver or spec.resource
         self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
@@ -108,7 +109,8 @@ class DRAEnv(DPEnv):
             d.mkdir(parents=True, exist_ok=True)
         if self.real_node is not None:
             return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
-                             self.real_node.client, node_name=self.node_name, release=self.kubelet_version.name)
+                             self.real_node.client, node_name=self.node_name, release=self.kubelet_version.name,
+                             translate=self.host_path)
         api = NodeApi(self.client, self.node_name) if self.client is not None else None
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
                         registry_dir=self.sandbox.registry_dir, kubelet_version=self.kubelet_version,
@@ -170,10 +172,43 @@ class DRAEnv(DPEnv):
         super().start()
         return self
 
+    @property
+    def real(self) -> bool:
+        """Whether the kubelet is a real one (harness/node/real), reached through the relay."""
+        return not isinstance(self.node, FakeNode)
+
+    def start_kubelet(self) -> None:
+        since, started = self.now(), not self.node.running  # a check may start an env that runs already
+        super().start_kubelet()
+        if self.real and self.client is not None and started:
+            # A real kubelet wipes every ResourceSlice of its node once it starts (dra_plugin_manager.go
+            # NewDRAPluginManager, in the background): a driver started before that would see its first
+            # slices deleted. The driver starts after the wipe, as after a kubelet that came up earlier.
+            self.wait_wiped(since)
+
+    def wait_wiped(self, since_ns: int) -> Event:
+        """A real kubelet's start-up wipe of the node's ResourceSlices (its log's `dra.wipe`). Not seeing it is
+        the harness's error, never the driver's failure: the kubelet does it, whatever the driver does."""
+        try:
+            return self.timeline.wait_for(
+                lambda e: e.kind == "dra.wipe" and e.get("real"), self.profile.reaction_s,
+                "the real kubelet's start-up deletion of the node's ResourceSlices", since_ns,
+                abort=lambda e: e.kind == "kubelet.exit", relevant=("dra.wipe", "kubelet.start", "kubelet.exit"))
+        except WaitTimeout as err:
+            raise RuntimeError(f"the real kubelet's log did not show its start-up ResourceSlice wipe: {err}") from None
+
+    def fake_dra(self) -> DRAManager:
+        """The fake kubelet's DRA manager, for a fault only it injects (NotOnRealKubelet on a real node)."""
+        if self.real:
+            raise NotOnRealKubelet("the fault is injected into the fake kubelet's DRA manager (a real kubelet's "
+                                   "cannot be made to reject a registration or hold a call)")
+        assert isinstance(self.node, FakeNode) and self.node.dra is not None
+        return self.node.dra
+
     def close(self) -> None:
         # As DPEnv.close: each step runs whatever an earlier one raised. Taint rules are cluster-wide: left
         # behind, they would taint other checks' devices.
-        steps = [super().close, self._slice_stop.set, self._join_slice_watch]
+        steps = [super().close, self._close_own_conn, self._slice_stop.set, self._join_slice_watch]
         if self.taint_rules is not None:
             steps.append(self.taint_rules.close)
         if self.client is not None and self._api_objects:
@@ -394,7 +429,15 @@ class DRAEnv(DPEnv):
             return {}
         last = found[-1]
         if last.get("real"):
-            return {}  # a real kubelet's log does not say which service versions it chose
+            # A real kubelet's choice: what its log said, else what its calls through the relay used.
+            service = self._chosen(last, "dra.service_chosen", "service")
+            used = self.timeline.find(lambda e: e.kind == "dra.prepare" and e.get("relay")
+                                      and e.get("driver") == self.driver, last.t_ns)
+            dra = SERVICE_SHORT.get(service or "") or (str(used[-1].get("service_version")) if used else None)
+            streamed = self.timeline.find(lambda e: e.kind == "dra.health" and e.get("driver") == self.driver,
+                                          last.t_ns)
+            out = {"dra": dra} if dra else {}
+            return {**out, "dra-health": str(streamed[-1].get("version")) if streamed else "none"}
         # The kubelet may open a health stream the driver does not serve: count only one that delivered.
         streamed = self.timeline.find(lambda e: e.kind == "dra.health" and e.get("driver") == self.driver)
         health = last.get("health_version") if streamed else None
@@ -410,11 +453,50 @@ class DRAEnv(DPEnv):
         return str(event.get("socket"))
 
     def conn(self) -> Any:
+        """The kubelet's connection to the driver, for the calls a check makes as the kubelet would. On a real
+        kubelet, whose connection fakelet cannot call on, it is the harness's own connection to the endpoint the
+        driver registered, with the service versions that kubelet uses (its calls recorded as the harness's)."""
+        if self.real:
+            return self._real_conn()
         manager = self.node.dra
         plugin = manager.plugin(self.driver) if manager is not None else None
         if plugin is None:
             raise AssertionError(f"expected DRA driver {self.driver} to be registered with the kubelet; it is not")
         return plugin
+
+    def _real_conn(self) -> DRAPluginConn:
+        found = self.timeline.find(lambda e: e.kind == "dra.registered" and e.get("driver") == self.driver)
+        if not found:
+            raise AssertionError(f"expected DRA driver {self.driver} to be registered with the kubelet; it is not")
+        reg = found[-1]
+        endpoint = str(reg.get("endpoint"))
+        if self._own_conn is not None and self._own_conn.endpoint == endpoint:
+            return self._own_conn
+        self._close_own_conn()
+        versions = list(reg.get("versions") or [])
+        chosen = self._chosen(reg, "dra.service_chosen", "service")
+        service = chosen if chosen in SERVICE_SHORT else next(
+            (s for s in self.kubelet_version.dra_services if s in versions), self.kubelet_version.dra_services[0])
+        streamed = {HEALTH_SHORT[h]: h for h in HEALTH_SHORT}
+        opened = self.timeline.find(lambda e: e.kind == "dra.health_stream" and e.get("driver") == self.driver
+                                    and e.get("state") == "open", reg.t_ns)
+        health = streamed.get(str(opened[-1].get("version"))) if opened else next(
+            (h for h in self.kubelet_version.health_versions if h in versions), None)
+        self._own_conn = DRAPluginConn(self.driver, endpoint, service, health, self.profile.dra_call_timeout_s,
+                                       self.timeline, self.host_path(endpoint), source="harness")
+        return self._own_conn
+
+    def _chosen(self, reg: Event, kind: str, key: str) -> str | None:
+        """What the real kubelet's log said it chose for this registration (V(3) lines), if it said: logged
+        while the kubelet registers the driver, just before the relay sees it notify the driver."""
+        said = [e for e in self.timeline.find(lambda e: e.kind == kind and e.get("driver") == self.driver)
+                if e.get("instance") == reg.get("instance")]
+        return str(said[-1].get(key)) if said else None
+
+    def _close_own_conn(self) -> None:
+        conn, self._own_conn = self._own_conn, None
+        if conn is not None:
+            conn.close()
 
     def probe(self, register: Event) -> DRAProbe:  # type: ignore[override]
         """A client of its own to the endpoint the driver registered."""
@@ -422,6 +504,9 @@ class DRAEnv(DPEnv):
 
     def prepare(self, pod: dict[str, str], claims: list[dict[str, Any]]) -> dict[str, Any]:
         """What the kubelet does at pod admission: NodePrepareResources for the pod's claims."""
+        if self.real:
+            raise NotOnRealKubelet("a real kubelet prepares a pod's claims when it runs the pod (run_pod), not "
+                                   "on the harness's request")
         manager = self.node.dra
         assert manager is not None
         try:
@@ -439,6 +524,13 @@ class DRAEnv(DPEnv):
         prepared = self.node.dra.claims() if self.node.dra is not None else {}
         key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
         return prepared[key].cdi_ids if key in prepared else []
+
+    def holds_claim(self, claim: dict[str, Any]) -> bool:
+        """Whether the kubelet still has `claim` in its claim cache (a real kubelet: in its checkpoint)."""
+        if isinstance(self.node, FakeNode):
+            key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+            return self.node.dra is not None and key in self.node.dra.claims()
+        return any(c.uid == claim["metadata"]["uid"] for c in self.kubelet_claims())
 
     def dra_checkpoint(self) -> Path:
         """The kubelet's DRA checkpoint file: in the fake kubelet's state dir, or in a real node's private

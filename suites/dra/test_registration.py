@@ -74,8 +74,7 @@ def test_versions_served(dra_env: DRAEnv) -> None:
 def test_rejection_survived(dra_env: DRAEnv) -> None:
     env = dra_env
     env.start_kubelet()
-    assert env.node.dra is not None
-    env.node.dra.reject_next_registration(env.driver)
+    env.fake_dra().reject_next_registration(env.driver)  # a real kubelet: not exercised (NotOnRealKubelet)
     env.start_subject()
     rejected = env.timeline.wait_for(
         lambda e: e.kind == "pluginwatcher.notify" and not e.get("registered"),

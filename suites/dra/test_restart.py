@@ -3,21 +3,50 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from harness.controlplane.scheduler import PodClaim
 from harness.spec.checks import MUST, SHOULD, check, expect
 from harness.world.draenv import DRAEnv
 from suites.dra.common import is_socket, registered
 
 
-def serves_prepare(env: DRAEnv) -> None:
-    """The kubelet's new connection answers a prepare: a real claim when there is an API server."""
+def scheduled_while_down(env: DRAEnv) -> dict[str, Any] | None:
+    """On a real kubelet that is stopped: a pod with a claim, allocated from the driver's slices and bound to
+    the node, for the kubelet to run (and prepare) once it starts. None elsewhere.
+
+    A real kubelet prepares claims only for a pod it runs, and its start deletes the node's ResourceSlices
+    (dra_plugin_manager.go NewDRAPluginManager) until the driver publishes them again, which the kubeletplugin
+    helper does only after its sync delay (30 s): a claim allocated before the start is prepared through the
+    new connection whatever the slices do, which is what these checks judge."""
+    if not env.real or env.client is None:
+        return None
+    env.wait_allocatable(1)
+    pod, _ = env.run_pod([PodClaim("gpu")], "across-restart", wait=False)
+    return pod
+
+
+def serves_prepare(env: DRAEnv, pod: dict[str, Any] | None = None, since_ns: int = 0) -> None:
+    """The kubelet's new connection answers a prepare: a real claim when there is an API server.
+
+    On a real kubelet a pod's claim is prepared by the kubelet running it (through the relay): `pod`, scheduled
+    while it was down, or a pod run now."""
     if env.client is None:
         env.conn().node_prepare([], timeout_s=env.profile.dra_call_timeout_s)
         return
+    if env.real:
+        if pod is None:
+            env.wait_allocatable(1)
+            env.run_pod([PodClaim("gpu")], "after-restart")
+            return
+        env.wait_pod("pod.running", pod, since_ns, f"pod {pod['metadata']['name']} running on the new kubelet "
+                     "(its claim prepared through the driver's new registration)",
+                     env.profile.reaction_s + env.profile.dra_call_timeout_s)
+        return
     env.wait_allocatable(1)
-    pod = env.new_pod()
-    claim = env.allocated_claim(pod)
-    result = env.prepare(pod, [claim])
+    pod_ref = env.new_pod()
+    claim = env.allocated_claim(pod_ref)
+    result = env.prepare(pod_ref, [claim])
     name = claim["metadata"]["name"]
     expect(name in result, f"claim {name} prepared through the new kubelet", str(sorted(result)))
 
@@ -27,10 +56,12 @@ def test_kubelet_restart(dra_env: DRAEnv) -> None:
     env = dra_env
     registered(env)
     t = env.now()
-    env.node.restart_kubelet()
+    env.node.stop_kubelet()
+    pod = scheduled_while_down(env)
+    env.node.start_kubelet()
     reg = env.wait_dra_registered(t)
     expect(env.subject.running, "the plugin still running", "it exited")
-    serves_prepare(env)
+    serves_prepare(env, pod, t)
     expect(reg.t_ns >= t, "a registration with the new kubelet", "none")
 
 
@@ -57,6 +88,7 @@ def test_registration_socket_deleted(dra_env: DRAEnv) -> None:
     t = env.now()
     os.unlink(socket)
     env.timeline.record("fault.registration_socket_removed", "harness", socket=socket)
+    pod = scheduled_while_down(env)
     env.node.start_kubelet()
     env.wait_dra_registered(t)
-    serves_prepare(env)
+    serves_prepare(env, pod, t)

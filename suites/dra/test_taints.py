@@ -154,8 +154,6 @@ def unprepare_calls(env: DRAEnv, uid: str, since: int) -> list[Event]:
 def _evicted_cleanly(env: DRAEnv, pod: dict, claim: dict, since: int) -> Event:
     """The pod deleted by the controller, its claim unprepared once, without error, its CDI devices gone."""
     name, uid = pod["metadata"]["name"], claim["metadata"]["uid"]
-    dra = env.node.dra
-    assert dra is not None
     key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
     cdi_ids = env.prepared_cdi_ids(claim)
     killing = env.wait_pod("pod.killing", pod, since, f"pod {name} evicted (deleted by the device-taint eviction "
@@ -167,7 +165,7 @@ def _evicted_cleanly(env: DRAEnv, pod: dict, claim: dict, since: int) -> Event:
     expect(len(calls) == 1 and calls[0].get("outcome") == "OK",
            f"exactly one NodeUnprepareResources for claim {uid}, answered OK",
            "; ".join(f"{e.get('outcome')} at {env.at(e)}" for e in calls) or "none")
-    expect(key not in dra.claims(), f"claim {key} gone from the kubelet's checkpoint", "still there")
+    expect(not env.holds_claim(claim), f"claim {key} gone from the kubelet's checkpoint", "still there")
     left = left_for_claim(env.sandbox.cdi_dir, uid, cdi_ids)
     expect(not left, f"the claim's own CDI devices (of {cdi_ids}, those named after claim {uid}) removed",
            ", ".join(f"{c} still defined in {f}" for c, f in sorted(left.items())))

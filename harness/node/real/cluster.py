@@ -3,7 +3,7 @@
 `ClusterNode` reads and does what a cluster operator would, through the API
 server: capacity and allocatable from the Node's status (watched; each change
 on the timeline as `node.status`), pod phases and container states from the
-Pod (`node.pod`, plus the fake pod worker's `pod.running`/`pod.deleted`), pods
+Pod (`node.pod`, plus the fake pod worker's `pod.running`/`pod.killing`/`pod.deleted`), pods
 created with `nodeName` on the node's image, pod deletion. What differs from
 one real node to the next sits behind a `NodeShell`: how its kubelet starts,
 stops and restarts (which deletes the sockets, the real way), where its
@@ -104,6 +104,7 @@ class ClusterNode:
         self.node_name = node_name
         self._pods: dict[str, _Pod] = {}
         self._running: set[str] = set()  # pod UIDs seen Running
+        self._killing: set[str] = set()  # pod UIDs seen being deleted
         self._status: dict[str, Any] = {}  # the Node's status as last watched
         # The Node's resourceVersion once the previous kubelet had exited: a status newer than
         # this one was written by the current kubelet (a dead one's last write lands before).
@@ -227,6 +228,11 @@ class ClusterNode:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         uid = meta.get("uid")
         # The fake pod worker's event kinds, so that DRAEnv's waits read both kubelets alike.
+        if meta.get("deletionTimestamp") and uid not in self._killing and kind != "DELETED":
+            # The pod worker's pod.killing: the Pod is being deleted (by a user or an eviction), so the kubelet
+            # stops its containers and, once they are gone, unprepares its claims and finishes the deletion.
+            self._killing.add(uid)
+            self.timeline.record("pod.killing", "node", pod=meta.get("name"), pod_uid=uid)
         if kind == "DELETED":
             self.timeline.record("pod.deleted", "node", pod=meta.get("name"), pod_uid=uid)
         elif status.get("phase") == "Running" and uid not in self._running:

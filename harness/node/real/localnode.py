@@ -9,8 +9,11 @@ containerd run in a namespace of their own (namespace.py) where:
   /var/lib/kubelet/device-plugins, and the relay (harness/node/relay/dp.py) keeps it
   and the plugin's (the sandbox's) as one: the kubelet's own socket deletion on start
   is the real one and reaches the plugin, and every call on the wire is recorded;
-- the sandbox's plugins_registry and plugins dirs are bound at /var/lib/kubelet/...,
-  shared by the DRA driver and the kubelet;
+- the kubelet's plugins_registry and plugins dirs are its own too, bound at
+  /var/lib/kubelet/...; the DRA relay (harness/node/relay/dra.py) mirrors the driver's
+  registration sockets (the sandbox's) into the kubelet's registry and gives the kubelet
+  an endpoint of its own in its plugins dir, so every DRA call is recorded; the CDI dir
+  stays shared (the driver writes, the runtime reads);
 - the kubelet's PodResources socket is bound out to the sandbox, for the harness.
 
 `LocalShell` is that node's shell (cluster.py's `NodeShell`): local processes in
@@ -51,6 +54,7 @@ from harness.node.real.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
 from harness.node.real.namespace import Daemon, NamespaceError, NodeNamespace
 from harness.node.real.releases import ReleaseUnavailable, module_for
 from harness.node.relay.dp import DevicePluginRelay
+from harness.node.relay.dra import DRARelay
 from harness.spec.profiles import Profile
 
 __all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubelet", "RealNodeUnavailable",
@@ -69,7 +73,7 @@ KUBELET_STOP_GRACE_S = 10.0
 KUBELET_READY_TIMEOUT_S = 60.0  # start to kubelet.sock: about 0.8 s here
 IMPORT_QUIET_S = 5.0  # the pods' image is a few MB: imported in well under a second on an idle machine
 EXIT_CHECK_S = 0.5  # while waiting for kubelet.sock, how often to see whether the kubelet died instead
-# Lines of the kubelet's log (at --v 2) that say what the fake kubelet records as events:
+# Lines of the kubelet's log (at --v 3) that say what the fake kubelet records as events:
 LOG_EVENTS = (
     # cm/devicemanager/plugin/v1beta1/server.go Register()
     (re.compile(r'"Got registration request from device plugin with resource" resourceName="(?P<resource>[^"]+)"'),
@@ -80,9 +84,23 @@ LOG_EVENTS = (
     # cm/devicemanager/manager.go Start(): the checkpoint did not read back (DP-ROB-02)
     (re.compile(r'"Continue after failing to read checkpoint file[^"]*"(?P<error>.*)'),
      "kubelet.checkpoint_unreadable"),
-    # cm/dra/plugin/dra_plugin_manager.go: the driver's gRPC connection is up (it registered)
-    (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*connected=true'), "dra.registered"),
+    # The registrations themselves are on the DRA relay's record (harness/node/relay/dra.py); what the
+    # wire does not show, the kubelet's log says. cm/dra/plugin/dra_plugin_manager.go HandleConn (V(2)):
+    # its one gRPC connection to a driver came up or went down.
+    (re.compile(r'"Connection changed".*driverName="(?P<driver>[^"]+)".*endpoint="(?P<endpoint>[^"]*)"'
+                r'.*connected=(?P<connected>true|false)'), "dra.connection"),
+    # dra_plugin_manager.go remove() (V(3)): the plugin watcher deregistered the driver (its socket went away)
+    (re.compile(r'"Unregistered DRA plugin".*driverName="(?P<driver>[^"]+)".*endpoint="(?P<endpoint>[^"]*)"'),
+     "dra.deregistered"),
+    # dra_plugin_manager.go add() (V(3)): the service version the kubelet chose for the driver
+    (re.compile(r'"Registered DRA plugin".*driverName="(?P<driver>[^"]+)".*endpoint="(?P<endpoint>[^"]*)"'
+                r'.*chosenService="(?P<service>[^"]*)"'), "dra.service_chosen"),
+    # dra_plugin_manager.go wipeResourceSlices (V(3)): the node's ResourceSlices deleted, at the kubelet's
+    # start (every driver's) or once a driver stayed away for the wiping delay
+    (re.compile(r'"Deleted ResourceSlices".*fieldSelector="?(?P<selector>[^"]*)"?'), "dra.wipe"),
 )
+# V(3) for the DRA lines above that V(2) does not log (kubelet cm/dra/plugin/dra_plugin_manager.go).
+KUBELET_VERBOSITY = "3"
 TOOLS = {"containerd": "Debian package containerd", "ctr": "Debian package containerd",
          "containerd-shim-runc-v2": "Debian package containerd", "runc": "Debian package runc",
          "nsenter": "util-linux"}
@@ -130,14 +148,19 @@ class LocalShell:
     """One real kubelet (restartable) and its container runtime, in a namespace of their own, for one sandbox."""
 
     def __init__(self, sandbox: Sandbox, timeline: Timeline, kubeconfig: Path, node_name: str,
-                 release: str | None = None) -> None:
-        """`release`: the kubelet release to build (harness/node/real/releases.py); None: the default module's."""
+                 release: str | None = None, translate: Callable[[str], str] | None = None) -> None:
+        """`release`: the kubelet release to build (harness/node/real/releases.py); None: the default module's.
+        `translate`: a path a DRA driver names (its mount namespace's view) -> the harness's."""
         self.sandbox, self.timeline, self.kubeconfig, self.node_name = sandbox, timeline, Path(kubeconfig), node_name
-        self.release = release
+        self.release, self.translate = release, translate
         self.workdir = sandbox.path / "node"
         self.podres_dir = self.workdir / "pod-resources"
         self.kubelet_plugin_dir = self.workdir / "device-plugins"  # the kubelet's; the relay joins it to the plugin's
         self.relay: DevicePluginRelay | None = None
+        # The kubelet's own plugins_registry and plugins dirs; the DRA relay joins them to the driver's.
+        self.kubelet_registry_dir = self.workdir / "plugins_registry"
+        self.kubelet_plugins_dir = self.workdir / "plugins"
+        self.dra_relay: DRARelay | None = None
         self.runtime_socket = self.workdir / "containerd.sock"
         # The owner tag lets the next run remove what a SIGKILLed one left (reap_cgroups).
         self.cgroup_root = f"/{CGROUP_PREFIX}{owner_tag()}-{secrets.token_hex(3)}"
@@ -178,9 +201,11 @@ class LocalShell:
         self.workdir.mkdir(mode=0o700, exist_ok=True)
         self.podres_dir.mkdir(mode=0o750, exist_ok=True)
         self.kubelet_plugin_dir.mkdir(mode=0o750, exist_ok=True)
+        self.kubelet_registry_dir.mkdir(mode=0o755, exist_ok=True)  # pluginwatcher's own mode (0755)
+        self.kubelet_plugins_dir.mkdir(mode=0o750, exist_ok=True)
         binds = {str(self.kubelet_plugin_dir): f"{HOST_KUBELET_ROOT}/device-plugins",
-                 str(self.sandbox.registry_dir): f"{HOST_KUBELET_ROOT}/plugins_registry",
-                 str(self.sandbox.plugins_dir): f"{HOST_KUBELET_ROOT}/plugins",
+                 str(self.kubelet_registry_dir): f"{HOST_KUBELET_ROOT}/plugins_registry",
+                 str(self.kubelet_plugins_dir): f"{HOST_KUBELET_ROOT}/plugins",
                  str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
                  str(self.sandbox.cdi_dir): "/var/run/cdi"}
         try:
@@ -191,6 +216,10 @@ class LocalShell:
             self._start_runtime()
             self.relay = DevicePluginRelay(self.timeline, self.sandbox.plugin_dir, self.kubelet_plugin_dir,
                                            self.workdir / "relay", lambda: self.starts).start()
+            self.dra_relay = DRARelay(self.timeline, self.sandbox.registry_dir, self.sandbox.plugins_dir,
+                                      self.kubelet_registry_dir, self.kubelet_plugins_dir,
+                                      f"{HOST_KUBELET_ROOT}/plugins", self.workdir / "relay-dra",
+                                      lambda: self.starts, self.translate).start()
         except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
             self.close()
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
@@ -238,7 +267,7 @@ class LocalShell:
             self._start_ns = self.timeline.now()
             self.kubelet = self.namespace.enter("kubelet", [
                 str(self.kubelet_binary), "--config", str(config), "--kubeconfig", str(self.kubeconfig),
-                "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", "2",
+                "--hostname-override", self.node_name, "--node-ip", "127.0.0.1", "--v", KUBELET_VERBOSITY,
             ], self.workdir / "kubelet.log", on_line=self._on_log)
             self.timeline.record("kubelet.start", "kubelet", instance=self.starts, real=True,
                                  socket=str(self.kubelet_socket), pid=self.kubelet.pid)
@@ -276,8 +305,10 @@ class LocalShell:
         for pattern, kind in LOG_EVENTS:
             match = pattern.search(line)
             if match:
-                self.timeline.record(kind, "kubelet", instance=self.starts, real=True, **match.groupdict(),
-                                     line=line[:300])
+                fields: dict[str, Any] = dict(match.groupdict())
+                if "connected" in fields:
+                    fields["connected"] = fields["connected"] == "true"
+                self.timeline.record(kind, "kubelet", instance=self.starts, real=True, **fields, line=line[:300])
 
     def _watch_exit(self, kubelet: Daemon, instance: int) -> None:
         """A kubelet that exits on its own is on the timeline with its last words: waits end on it."""
@@ -304,6 +335,9 @@ class LocalShell:
         if self.relay is not None:
             self.relay.close()
             self.relay = None
+        if self.dra_relay is not None:
+            self.dra_relay.close()
+            self.dra_relay = None
         if self.containerd is not None:
             self.containerd.stop()
             self.containerd = None
@@ -363,10 +397,11 @@ class LocalNode(ClusterNode):
     """The real kubelet on this machine (LocalShell), joined to the run's own API server."""
 
     def __init__(self, sandbox: Sandbox, timeline: Timeline, profile: Profile, kubeconfig: Path,
-                 client: KubeClient, node_name: str | None = None, release: str | None = None) -> None:
+                 client: KubeClient, node_name: str | None = None, release: str | None = None,
+                 translate: Callable[[str], str] | None = None) -> None:
         node_name = node_name or f"fakelet-real-{secrets.token_hex(4)}"
         self.sandbox, self.kubeconfig = sandbox, Path(kubeconfig)
-        self.shell: LocalShell = LocalShell(sandbox, timeline, kubeconfig, node_name, release)
+        self.shell: LocalShell = LocalShell(sandbox, timeline, kubeconfig, node_name, release, translate)
         super().__init__(self.shell, timeline, profile, client, node_name)
 
     @property
