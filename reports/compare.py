@@ -184,3 +184,51 @@ def markdown(diffs: list[SubjectDiff], old_name: str, new_name: str) -> str:
         if not d.changes and not d.findings:
             lines += ["No change in verdicts, reaction times beyond the noise, or findings.", ""]
     return "\n".join(lines)
+
+
+# Which verdict a check repeated N times gets when its runs disagree: any failure is a failure (a flaky
+# plugin fails), then fakelet's own error, then the verdicts that cover less.
+REPEAT_ORDER = (FAIL, ERROR, NOT_EXERCISED, SKIP, NOT_APPLICABLE, PASS)
+
+
+def merge_repeats(runs: list[SubjectReport]) -> SubjectReport:
+    """One report of a subject run N times (`fakelet run --repeat N`): each check's verdict as REPEAT_ORDER
+    says (with a note when the runs disagreed), its measured times the median of the runs, and every run's
+    time kept in `samples`, which is the spread `compare` holds a move against."""
+    first, last = runs[0], runs[-1]
+    merged = SubjectReport.from_dict(first.to_dict())
+    merged.duration_s = round(sum(r.duration_s for r in runs), 3)
+    merged.missing = sorted({m for r in runs for m in r.missing})
+    merged.interrupted = any(r.interrupted for r in runs)
+    seen = {finding_kind(f) for f in merged.findings}
+    for r in runs[1:]:
+        merged.findings += [f for f in r.findings if finding_kind(f) not in seen]
+        seen |= {finding_kind(f) for f in r.findings}
+    by_id: dict[str, list[CheckResult]] = {}
+    for r in runs:
+        for c in r.checks:
+            by_id.setdefault(c.id, []).append(c)
+    checks = []
+    for results in (by_id[k] for k in sorted(by_id)):
+        verdict = next(v for v in REPEAT_ORDER if any(c.verdict == v for c in results))
+        chosen = next(c for c in results if c.verdict == verdict)
+        c = CheckResult(**{**chosen.__dict__, "notes": list(chosen.notes), "measured": {}, "samples": {}})
+        c.duration_s = round(sum(x.duration_s for x in results), 3)
+        tally = {v: sum(1 for x in results if x.verdict == v) for v in REPEAT_ORDER}
+        if len([n for n in tally.values() if n]) > 1:
+            c.notes.append(f"verdicts across {len(results)} runs: "
+                           + ", ".join(f"{WORDS[v]} x{n}" for v, n in tally.items() if n))
+        for what in sorted({k for x in results for k in x.measured}):
+            samples = [x.measured[what] for x in results if what in x.measured]
+            c.samples[what] = samples
+            c.measured[what] = round(statistics.median(samples), 3)
+        for x in results:
+            c.notes += [n for n in x.notes if n not in c.notes]
+        checks.append(c)
+    merged.checks = checks
+    merged.facts["repeated"] = f"{len(runs)} runs; verdicts merged, reaction times their median (samples kept)"
+    if first.provenance and last.provenance:
+        host = dict(first.provenance.get("host", {}))
+        host["load_end"] = last.provenance.get("host", {}).get("load_end", [])
+        merged.provenance["host"] = host
+    return merged

@@ -322,3 +322,23 @@ def test_compare_of_a_reference_and_a_mutant_run_names_the_regression(runs: dict
     assert again.returncode == 1 and "| DP-RST-01 | pass -> fail" in again.stdout
     verified = fakelet(tmp_path, "verify", "ref.tar.gz")
     assert verified.returncode == 0 and verified.stdout.startswith("verdict: CONFORMANT")
+
+
+def test_repeats_merge_into_one_report_with_samples() -> None:
+    runs = [report(check("A-01", PASS, {"registration": t}), check("A-02", v)) for t, v in
+            ((1.0, PASS), (3.0, FAIL), (2.0, PASS))]
+    merged = compare.merge_repeats(runs)
+    a1, a2 = merged.checks
+    assert a1.measured == {"registration": 2.0} and a1.samples == {"registration": [1.0, 3.0, 2.0]}
+    assert a2.verdict == FAIL and "verdicts across 3 runs: fail x1, pass x2" in a2.notes
+
+
+def test_run_repeat_keeps_every_runs_time(tmp: Path) -> None:
+    got = fakelet(tmp, "run", "--subject", "reference-dp", "--check", "DP-NODE-01", "--repeat", "2",
+                  "--reaction-bound", "5", "--out", str(tmp / "rep"), timeout=RUN_TIMEOUT_S)
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    [node] = json.loads((tmp / "rep" / "report.json").read_text())["checks"]
+    assert len(node["samples"]["registration"]) == 2
+    assert (tmp / "rep" / "runs" / "2" / "report.json").is_file()
+    bad = fakelet(tmp, "run", "--subject", "reference-dp", "--repeat", "0")
+    assert bad.returncode == 2 and "--repeat 0: must be between 1 and 100" in bad.stderr

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from harness.config.runconfig import RunConfig
 from reports import bundle, compare
 from reports.model import SubjectReport
+from reports.provenance import mark_near_bound
+from reports.writers import write_all
 
 COMMANDS = ("bundle", "verify", "compare")
+MAX_REPEAT = 100  # more runs than this is a soak, not a measurement of the noise
 EXIT_OK, EXIT_MISMATCH = 0, 1
 
 
@@ -90,3 +95,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
     write = compare.markdown if args.format == "markdown" else compare.text
     sys.stdout.write(write(diffs, args.old, args.new))
     return EXIT_MISMATCH if compare.regressions(diffs) else EXIT_OK
+
+
+def add_repeat_flag(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run each subject's checks N times: a check fails if any run failed it, its reaction "
+                          "times are their median, and every run's time is kept for fakelet compare's noise "
+                          f"(at most {MAX_REPEAT})")
+
+
+def check_repeat(args: argparse.Namespace) -> None:
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise bundle.BundleError(f"--repeat {args.repeat}: must be between 1 and {MAX_REPEAT}")
+
+
+def run_repeated(run_one: Callable[[argparse.Namespace, RunConfig, Path], SubjectReport], args: argparse.Namespace,
+                 run: RunConfig, out: Path) -> SubjectReport:
+    """`run_one` N times (--repeat), each run's reports and artifacts under out/runs/K, merged into one at out."""
+    if getattr(args, "repeat", 1) <= 1:
+        return run_one(args, run, out)
+    reports = []
+    for k in range(1, args.repeat + 1):
+        print(f"{run.spec.name}: run {k} of {args.repeat}", flush=True)
+        reports.append(run_one(args, run, out / "runs" / str(k)))
+    merged = compare.merge_repeats(reports)
+    mark_near_bound(merged, run.profile.reaction_s)
+    write_all(merged, out)
+    return merged

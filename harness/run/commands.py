@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                      help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
                           "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
+    certify.add_repeat_flag(run)
     fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
                               "and write a verdict table (root, containerd)")
     fid.add_argument("--subject", action="append", default=[], metavar="NAME",
@@ -574,6 +575,7 @@ def swap_in(stage: Path, out: Path) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     out = check_out(args.out)
+    certify.check_repeat(args)
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
@@ -605,7 +607,7 @@ def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
         plane = shared_control_plane(runs)
         for run in runs:
             target = stage if len(runs) == 1 else stage / run.spec.name
-            reports.append(run_one(args, run, target))
+            reports.append(certify.run_repeated(run_one, args, run, target))
             write_repros(reports[-1], run, target)
             print_report(reports[-1])
     except Interrupted as stop:
