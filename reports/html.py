@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.model import CheckResult, SubjectReport
+from reports.provenance import lines as provenance_lines
 
 HEALTHY = "Healthy"
 INJECTION_PREFIXES = ("fault.", "device.")
@@ -712,6 +713,8 @@ def header(report: SubjectReport) -> str:
             ("started", report.started_at or "n/a"), ("duration", f"{report.duration_s:.1f} s")]
     if report.fault_plan:
         rows.append(("fault plan", ", ".join(report.fault_plan)))
+    # The provenance's few lines ("produced by: ...", "subject: ...") as more rows of the same list.
+    rows += [(k, v) for k, _, v in (line.partition(": ") for line in provenance_lines(report.provenance))]
     meta = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
     counts = (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
               f"{s['skip']} skip, {s['error']} error of {s['total']}")

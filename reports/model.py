@@ -50,6 +50,8 @@ class CheckResult:
     # Reaction times the check measured, in seconds (registration, re-registration, health): `fakelet fidelity`
     # sets the fake kubelet's beside the real one's.
     measured: dict[str, float] = field(default_factory=dict)
+    # Every run's measured time when the check ran more than once (--repeat): the spread `fakelet compare` uses.
+    samples: dict[str, list[float]] = field(default_factory=dict)
 
     def counts_against(self) -> bool:
         """Whether this verdict makes the run NOT CONFORMANT."""
@@ -80,6 +82,8 @@ class SubjectReport:
     # What fakelet's containment had to clean up after the plugin (processes, mounts, files).
     cleanup: list[str] = field(default_factory=list)
     schema_version: str = SCHEMA_VERSION
+    # What produced these verdicts (fakelet, catalog, subject, kubelet, components, host): reports/provenance.py.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         counts = {v: sum(1 for c in self.checks if c.verdict == v) for v in VERDICTS}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reports.html import write_html
 from reports.model import SubjectReport
+from reports.provenance import lines as provenance_lines
 
 ICONS = {"pass": "PASS", "fail": "FAIL", "not-exercised": "NOT EXERCISED", "n/a": "N/A", "skip": "SKIP",
          "error": "ERROR"}
@@ -28,7 +29,9 @@ def write_junit(report: SubjectReport, path: Path) -> None:
     props = ET.SubElement(suite, "properties")
     for name, value in (("subject", report.subject), ("defect", report.defect or ""),
                         ("profile", report.profile), ("seed", str(report.seed)),
-                        ("fakelet_version", report.fakelet_version), ("status", report.coverage_line())):
+                        ("fakelet_version", report.fakelet_version), ("status", report.coverage_line()),
+                        ("fakelet_commit", str(report.provenance.get("fakelet", {}).get("commit", ""))),
+                        ("catalog_sha256", str(report.provenance.get("catalog", {}).get("sha256", "")))):
         ET.SubElement(props, "property", name=name, value=value)
     for c in report.checks:
         case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}.{c.level}",
@@ -54,7 +57,8 @@ def markdown(report: SubjectReport) -> str:
         f"- checks: {s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
         f"{s['skip']} skip, {s['error']} error" + (f", {s['missing']} without a result" if s["missing"] else ""),
         f"- profile `{report.profile}`, seed {report.seed}, {report.duration_s:.1f}s, fakelet {report.fakelet_version}",
-        f"- API versions: {', '.join(f'{k} {v}' for k, v in report.api_versions.items()) or 'n/a'}", "",
+        f"- API versions: {', '.join(f'{k} {v}' for k, v in report.api_versions.items()) or 'n/a'}",
+        *(f"- {line}" for line in provenance_lines(report.provenance)), "",
     ]
     lines += scenario_lines(report.facts.get("scenario"))
     lines += ["| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |"]

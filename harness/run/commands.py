@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import fidelity, scenariocli
+from harness.run import certify, fidelity, provenance, scenariocli
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                      help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
                           "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
+    certify.add_repeat_flag(run)
     fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
                               "and write a verdict table (root, containerd)")
     fid.add_argument("--subject", action="append", default=[], metavar="NAME",
@@ -245,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.set_defaults(seed=None)  # the scenario file's seed unless --seed is given
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
+    certify.add_parsers(sub)
     return parser
 
 
@@ -493,6 +495,7 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
         plane = None
     else:
         spec = f"kubeconfig:{plane.kubeconfig}"
+    provenance.announce_plane(plane)  # its versions, for the reports' provenance
     # The check processes find it through the environment, so their repro lines still say "local".
     os.environ[SHARED_CONTROL_PLANE_ENV] = spec
     return plane
@@ -572,6 +575,7 @@ def swap_in(stage: Path, out: Path) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     out = check_out(args.out)
+    certify.check_repeat(args)
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
@@ -603,7 +607,7 @@ def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
         plane = shared_control_plane(runs)
         for run in runs:
             target = stage if len(runs) == 1 else stage / run.spec.name
-            reports.append(run_one(args, run, target))
+            reports.append(certify.run_repeated(run_one, args, run, target))
             write_repros(reports[-1], run, target)
             print_report(reports[-1])
     except Interrupted as stop:
@@ -782,10 +786,12 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
     reap_dead_runs()
     stage = staging_dir(out)  # as `fakelet run`: the earlier report stays whole until this one exists
     try:
+        started = provenance.start()
         print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
               f"{args.node} kubelet ({scenario.upstream})", flush=True)
         report = run_scenario(dataclasses.replace(run, out=stage), scenario, lambda line: print(line, flush=True),
                               repeat=args.repeat, node=args.node, file=args.file, toleration_s=args.toleration_seconds)
+        provenance.finish(run, report, started)
         write_all(report, stage)
         with _stop.shielded():
             swap_in(stage, out)
@@ -874,6 +880,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_scenario(args)
         if args.command == "fidelity":
             return cmd_fidelity(args)
+        if args.command in certify.COMMANDS:
+            return certify.main(args)
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)

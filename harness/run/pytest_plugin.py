@@ -36,6 +36,7 @@ from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
+from harness.run import provenance
 from harness.run.stopping import StopSignals
 from harness.spec.checks import (
     KIND_REASON,
@@ -186,6 +187,7 @@ class Collector:
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        self.provenance_start = provenance.start()  # the load average as the checks begin
 
     @property
     def run(self) -> RunConfig:
@@ -517,7 +519,9 @@ class Collector:
         if self.interrupted:
             self._await_workers(session)
         if self._run is not None and self._run.out is not None and (self.results or self.selected):
-            write_all(self.subject_report(), self.run.out)
+            report = self.subject_report()
+            provenance.finish(self.run, report, self.provenance_start)
+            write_all(report, self.run.out)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.results:

@@ -29,6 +29,7 @@ def test_reregisters_after_restart(dp_env: DPEnv) -> None:
     t = env.now()
     env.node.restart_kubelet()
     reg2, list2 = env.registered_and_listed(t, instance=instance(env))
+    env.measure("re-registration after restart", reg2, t)
     expect(reg2.get("resource") == reg1.get("resource"), f"resource {reg1.get('resource')}",
            f"{reg2.get('resource')} at {env.at(reg2)}")
     expect(list2.ids == list1.ids, f"devices {list1.ids}", list2.describe())
