@@ -600,6 +600,17 @@ class RunConfig:
             raise SubjectUnavailable(self._binary_error) from err
         return self._built_binary
 
+    def built_binary(self) -> str | None:
+        """The subject's binary when it exists already (given, or built before); never starts a build."""
+        if self.binary or not self.spec.build:
+            return self.binary
+        if self._built_binary:
+            return self._built_binary
+        b = self.spec.build
+        found = gobuild.cached(repo_root() / b["module"], b["package"], b.get("binary"), b.get("get"),
+                               bool(b.get("cgo")))
+        return str(found) if found is not None else None
+
     # -- one description of the run ---------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
     if not (module_dir / "go.mod").is_file():
         raise FileNotFoundError(f"{module_dir}/go.mod not found")
     name = name or module_dir.name
-    out = cache_dir() / f"{name}-{_module_hash(module_dir, package + (get or '') + ('+cgo' if cgo else ''))}"
+    out = _artifact(module_dir, package, name, get, cgo)
     if out.is_file() and os.access(out, os.X_OK):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +108,20 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
         _remove_dead_temps(out)
         with Progress(title, detail=_build_detail(module_dir, package, get, why)):
             return _build_to(out, module_dir, package, get, cgo)
+
+
+def _artifact(module_dir: Path, package: str, name: str, get: str | None, cgo: bool) -> Path:
+    return cache_dir() / f"{name}-{_module_hash(module_dir, package + (get or '') + ('+cgo' if cgo else ''))}"
+
+
+def cached(module_dir: Path, package: str = ".", name: str | None = None, get: str | None = None,
+           cgo: bool = False) -> Path | None:
+    """The binary `build` would return, when it is already built; never builds (a report's provenance asks)."""
+    module_dir = Path(module_dir).resolve()
+    if not (module_dir / "go.mod").is_file():
+        return None
+    out = _artifact(module_dir, package, name or module_dir.name, get, cgo)
+    return out if out.is_file() and os.access(out, os.X_OK) else None
 
 
 def _remove_dead_temps(out: Path) -> None:

@@ -90,10 +90,8 @@ def subject_facts(run: RunConfig) -> dict[str, Any]:
     spec = run.spec
     out: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "defect": run.defect,
                            "command": run.plugin_cmd or " ".join(spec.command), "launcher": spec.launcher}
-    binary = run.binary
-    if binary is None and spec.build:
-        with contextlib.suppress(Exception):  # built before the checks (prebuild): a cache hit
-            binary = run.resolve_binary()
+    # Never a build of its own: a subject that could not be built has its checks say so, once.
+    binary = run.built_binary()
     if binary:
         out["binary"] = binary
         out["binary_sha256"] = _file_digest(binary)
