@@ -108,12 +108,13 @@ def test_a_real_node_leaves_no_process_cgroup_or_node_behind(plane) -> None:
 
 def targets() -> list[fidelity.Target]:
     """fixtures/fidelity.yaml's targets (the fixed sample CI runs); under FAKELET_FIDELITY=full, every mutant and
-    benign behaviour of the reference plugin as well: the kill matrix on the real kubelet."""
+    benign behaviour of the reference plugin and driver as well: the kill matrix on the real kubelet."""
     listed, _known = fidelity.load_targets(fidelity.default_targets_file())
     if os.environ.get(FULL_ENV) != "full":
         return listed
     from harness.spec.subjects import load_subject
-    every = [fidelity.Target("reference-dp", d) for d in load_subject("reference-dp").defects]
+    every = [fidelity.Target(subject, d) for subject in ("reference-dp", "reference-dra")
+             for d in load_subject(subject).defects]
     return listed + [t for t in every if t not in listed]
 
 
