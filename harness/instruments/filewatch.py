@@ -39,7 +39,7 @@ class FileWatch:
                 created = bool(event.mask & (IN.CREATE | IN.MOVED_TO))
                 path = self.directory / event.name
                 self.timeline.record("file.created" if created else "file.deleted", self.source,
-                                     name=event.name, socket=created and _is_socket(path))
+                                     name=event.name, socket=created and is_socket(path))
 
     def stop(self) -> None:
         if self._stop.is_set():
@@ -55,7 +55,8 @@ class FileWatch:
         os.close(self._wake_w)
 
 
-def _is_socket(path: Path) -> bool:
+def is_socket(path: Path) -> bool:
+    """Whether `path` is a unix socket itself (not followed through a link)."""
     try:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except OSError:

@@ -24,6 +24,7 @@ from inotify_simple import INotify
 from inotify_simple import flags as IN
 
 from harness.instruments.dials import OK, endpoint_ids, record_dial
+from harness.instruments.filewatch import is_socket
 from harness.instruments.grpcutil import CHANNEL_OPTIONS, unix_target
 from harness.instruments.interceptors import RecordingClientInterceptor
 from harness.instruments.timeline import Timeline
@@ -187,7 +188,7 @@ class PluginWatcher:
                     self.timeline.record("pluginwatcher.error", "pluginwatcher", path=str(path), error=str(err))
             for f in sorted(files):
                 path = Path(root) / f
-                if _is_socket(path):
+                if is_socket(path):
                     self._on_create(path)
 
     def _on_create(self, path: Path) -> None:
@@ -392,9 +393,3 @@ class PluginWatcher:
         self.timeline.record("pluginwatcher.deregistered", "pluginwatcher", socket=path, type=plugin.type,
                              name=plugin.name, why=why)
 
-
-def _is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
-    except OSError:
-        return False

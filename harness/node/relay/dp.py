@@ -31,6 +31,7 @@ import grpc
 
 from harness.instruments.dials import endpoint_ids, record_dial
 from harness.instruments.faults import FaultPlan
+from harness.instruments.filewatch import is_socket
 from harness.instruments.grpcutil import KUBELET_MAX_RECV_BYTES, status_of
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
@@ -64,12 +65,6 @@ DEVICE_PLUGIN = [
     Method("v1beta1.DevicePlugin", "PreStartContainer", dp.PreStartContainerRequest, dp.PreStartContainerResponse),
 ]
 
-
-def is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 @dataclass

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.filewatch import is_socket
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
 from harness.kubelet.drahealth import HEALTHY, UNHEALTHY, UNKNOWN
@@ -80,12 +80,6 @@ REGISTRATION_FAILED = "RegisterPlugin error -- plugin registration failed with e
 DEADLINE_SLACK_S = 0.25
 RELAY_DIR = "fakelet-relay"  # under the kubelet's plugins dir: endpoints the driver put outside its plugins dir
 
-
-def is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def go_outcome(done: Outcome, context: grpc.ServicerContext | None = None) -> str:
