@@ -95,6 +95,37 @@ def _command(path: list[str], helptext: str, parser: argparse.ArgumentParser, ow
         _command([*path, sub_name], sub_help, sub, own, out)
 
 
+class _Recorder:
+    """Stands in for pytest's parser: records what the fakelet plugin's pytest_addoption adds."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[tuple[str, ...], dict]] = []
+
+    def getgroup(self, *args: object, **kwargs: object) -> _Recorder:
+        return self
+
+    def addoption(self, *names: str, **kwargs: object) -> None:
+        self.options.append((names, kwargs))
+
+
+def _pytest_options() -> list[list[str]]:
+    from harness.run.pytest_plugin import pytest_addoption
+
+    recorder = _Recorder()
+    pytest_addoption(recorder)  # type: ignore[arg-type]
+    rows = []
+    for names, kw in recorder.options:
+        metavar = kw.get("metavar") or ("" if kw.get("action") == "store_true" else names[0].lstrip("-").upper()
+                                        .replace("-", "_"))
+        repeat = " (repeatable)" if kw.get("action") == "append" else ""
+        default = kw.get("default")
+        shown = "" if default is None or default is False or default == [] else code(default)
+        choices = ", ".join(code(c) for c in kw.get("choices") or ())
+        rows.append([code(" ".join([", ".join(names), str(metavar)]).strip()), cell(str(kw.get("help", "")) + repeat),
+                     choices, shown])
+    return rows
+
+
 def render() -> str:
     from harness.run.commands import build_parser
 
@@ -115,4 +146,9 @@ def render() -> str:
         out += table(["argument", "what", "choices", "default"], rows)
     for name, helptext, sub in commands:
         _command(["fakelet", name], helptext, sub, own, out)
+    out += ["## pytest plugin options", "",
+            "The `fakelet` distribution registers a pytest plugin (harness/run/pytest_plugin.py): "
+            "`pytest --pyargs suites.dp --fakelet-subject NAME --fakelet-out DIR`. Its options, in the `fakelet` "
+            "group of `pytest --help`, go through the same validation as `fakelet run`'s flags.", ""]
+    out += table(["option", "what", "choices", "default"], _pytest_options())
     return "\n".join(out).rstrip() + "\n"
