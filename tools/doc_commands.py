@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", metavar="PATH", help="Markdown pages (default: every page under docs/)")
     parser.add_argument("--list", action="store_true", help="only list the runnable commands")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="commands run at once (default 2)")
     args = parser.parse_args(argv)
     try:
         commands = [c for page in pages(args.paths) for c in extract(page)]
@@ -139,10 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{c.where()}: exit {c.exit_code}: $ {c.text}")
         return 0
     failed = 0
-    for c in commands:
-        ok, line = run(c)
-        print(line)
-        failed += not ok
+    # Each command is a process of its own (mostly the interpreter's start-up): a thread waits on each.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for ok, line in pool.map(run, commands):
+            print(line, flush=True)
+            failed += not ok
     print(f"doc_commands: {len(commands) - failed} of {len(commands)} runnable commands exited as their page says")
     return 1 if failed else 0
 
