@@ -65,8 +65,9 @@ def stale(pages: dict[str, str], directory: Path = REFERENCE) -> list[str]:
         path = directory / name
         old = path.read_text() if path.exists() else ""
         if old != text:
-            diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True),
-                                        f"committed/{path.relative_to(ROOT)}", f"generated/{path.relative_to(ROOT)}")
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), f"committed/{shown}",
+                                        f"generated/{shown}")
             diffs.append("".join(list(diff)[:40]))
     return diffs
 

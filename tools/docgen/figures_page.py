@@ -49,8 +49,8 @@ def anchor(entry: dict[str, Any]) -> str:
     return entry["id"].lower()
 
 
-def render() -> str:
-    entries = load()
+def render(path: Path = FIGURES) -> str:
+    entries = load(path)
     out = header("Benchmarks: latest figures", "benchmarks/figures.yaml",
                  "What the benchmarks in `benchmarks/` measured last, with where and when. They are not tests: "
                  "nothing passes or fails on timing, and figures spread with the machine's load (the tails most). "
