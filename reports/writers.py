@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from reports.html import write_html
-from reports.model import SubjectReport
+from reports.model import CONFORMANT, INTERRUPTED, SubjectReport, run_status
 from reports.provenance import lines as provenance_lines
 
 ICONS = {"pass": "PASS", "fail": "FAIL", "not-exercised": "NOT EXERCISED", "n/a": "N/A", "skip": "SKIP",
@@ -107,3 +107,19 @@ def write_all(report: SubjectReport, out: Path) -> None:
     write_junit(report, out / "junit.xml")
     write_markdown(report, out / "summary.md")
     write_html(report, out)
+
+
+def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = False) -> None:
+    status = INTERRUPTED if interrupted else run_status(reports)
+    index = {"schema_version": reports[0].schema_version if reports else "1",
+             "runs": [r.to_dict() for r in reports],
+             "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
+    (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
+    lines = ["# fakelet conformance", "", f"**{status}**", "",
+             "| subject | pass | fail | not exercised | n/a | skip | error | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        s = r.summary()
+        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['not-exercised']} | "
+                     f"{s['n/a']} | {s['skip']} | {s['error']} | {r.coverage_line()} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")

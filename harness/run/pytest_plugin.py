@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -42,11 +43,11 @@ from harness.spec.checks import (
     KIND_REASON,
     NOT_APPLICABLE,
     NOT_EXERCISED,
-    SUITES,
     catalog,
     check_ids_of,
     not_exercised,
     split_install,
+    unavailable,
 )
 from harness.spec.subjects import DEVICE_IDS, KINDS, SKINS, ProfileError
 from harness.world.draenv import DRAEnv
@@ -58,6 +59,7 @@ from reports.writers import write_all
 
 if TYPE_CHECKING:
     from harness.node.kind.cluster import KindAccess
+    from harness.world.kepworld import KepWorld
 
 PENDING = "pending"  # a check whose setup passed and whose call has not reported yet
 
@@ -312,6 +314,54 @@ class Collector:
             finally:
                 report_env(request, env)
 
+    @pytest.fixture(scope="session")
+    def kep_world(self, request: pytest.FixtureRequest) -> Iterator[KepWorld]:
+        """The KEP-5970 suite's one world for the session: a live cluster's installed driver
+        (--cluster kubeconfig:PATH), or the subject launched here beside the local real kubelet,
+        its claims allocated and its pods bound by fakelet's scheduler (harness/world/kepworld.py)."""
+        from harness.world.kepworld import KepWorld
+
+        run = self.run
+        if run.cluster is not None and run.cluster.startswith("kubeconfig:"):
+            client = KubeClient.from_kubeconfig(Path(run.cluster.removeprefix("kubeconfig:")))
+            world = KepWorld(client, run.spec.driver or run.spec.resource, run.device_class or "", run.profile)
+            try:
+                world.start()
+                yield world
+            finally:
+                try:
+                    world.close()
+                finally:
+                    client.close()
+            return
+        if run.node != "real":
+            unavailable("kep5970 judges what a kubelet does with real pods (containers, events, their "
+                        "environment): run it with --node real, or against a cluster with --cluster kubeconfig:PATH")
+        real_node = self._real_node(request, None)
+        plane, why = request.getfixturevalue("fakelet_control_plane")
+        artifacts = run.out / "artifacts" / "kep5970" if run.out else None
+        try:
+            env = DRAEnv(run.spec, run.profile, run.defect, run.seed, run.resolve_binary(), artifacts,
+                         kubelet_version=run.kubelet_version, control_plane=plane, control_plane_error=why,
+                         real_node=real_node)
+        except SubjectUnavailable as err:
+            pytest.skip(str(err))
+        world = None
+        try:
+            env.start()
+            assert env.allocator is not None and env.client is not None
+            env.allocator.ensure_device_class(env.device_class, env.driver)
+            world = KepWorld(env.client, env.driver, env.device_class, run.profile, node=env.node_name,
+                             scheduler=env.scheduler, runnable=env.node.runnable, namespace=env.node_name)
+            world.start()
+            yield world
+        finally:
+            try:
+                if world is not None:
+                    world.close()
+            finally:
+                env.close()
+
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not any(_marker(i) for i in items):
             return
@@ -361,7 +411,7 @@ class Collector:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The xdist controller collects nothing itself: its workers' collections say what was selected."""
         if self._run is not None:
-            package = SUITES[self.run.spec.kind]
+            package = self.run.suite_package
             catalog(package)  # the controller imported no suite module yet
             self.selected = sorted(set(self.selected) | set(check_ids_of(ids, package)))
 
