@@ -10,6 +10,7 @@ serialized RunConfig `fakelet run` writes) or from the individual
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -33,6 +34,7 @@ from harness.config.runconfig import (
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.client import KubeClient
 from harness.instruments import progress
+from harness.instruments.timeline import WaitTimeout
 from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
@@ -349,6 +351,12 @@ class Collector:
         world = None
         try:
             env.start()
+            # In a cluster the driver is installed, and registered, before the suite runs: here it has just
+            # started. A real kubelet that gets the pod before the registration retries its prepare only at its
+            # next resync (a minute on), so the story waits for the registration first, within the reaction
+            # bound; a driver that never registers is KEP5970-01's to fail, not a setup error.
+            with contextlib.suppress(WaitTimeout, AssertionError):
+                env.wait_dra_registered()
             assert env.allocator is not None and env.client is not None
             env.allocator.ensure_device_class(env.device_class, env.driver)
             world = KepWorld(env.client, env.driver, env.device_class, run.profile, node=env.node_name,
