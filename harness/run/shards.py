@@ -17,10 +17,10 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.config.runconfig import RunConfig
-from harness.spec.checks import catalog
+if TYPE_CHECKING:  # the split itself needs none of it: `Shard.take` imports light, for a job's own scripts
+    from harness.config.runconfig import RunConfig
 
 SHARD_FILE = "shard.json"
 SHARD_FORMAT = 1
@@ -60,6 +60,8 @@ def parse_shard(text: str) -> Shard:
 
 
 def selected_checks(run: RunConfig) -> list[str]:
+    from harness.spec.checks import catalog
+
     return sorted(run.checks or catalog(run.suite_package))
 
 
