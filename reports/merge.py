@@ -87,6 +87,11 @@ def check_shards(shards: list[ShardDir]) -> None:
     if len(catalogs) > 1:
         (a, where_a), (b, where_b) = sorted(catalogs.items())[:2]
         raise MergeError(f"{where_a} and {where_b} come from different check catalogs ({a[:12]} vs {b[:12]})")
+    for shard in shards:
+        foreign = sorted(shard.mine() - shard.pairs())
+        if foreign:
+            raise MergeError(f"{shard.label} holds {', '.join('/'.join(p) for p in foreign[:3])} that is not its own "
+                             "run's (subject, check) pair")
     seen: dict[int, ShardDir] = {}
     for shard in shards:
         index = shard.record["index"]
