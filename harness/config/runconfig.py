@@ -611,7 +611,10 @@ class RunConfig:
         if not device_class or not is_dns1123_subdomain(device_class):
             raise ProfileError(f"--cluster {oneline(cluster)}: give --device-class CLASS, a DeviceClass of the "
                                f"driver's devices{f'; not {device_class!r}' if device_class else ''}")
-        spec_text = check_control_plane(cluster)  # the kubeconfig exists and parses
+        try:
+            spec_text = check_control_plane(cluster)  # the kubeconfig exists and parses
+        except ProfileError as err:
+            raise ProfileError(str(err).replace("--control-plane", "--cluster", 1)) from None
         from harness.controlplane.client import ApiError, KubeClient
 
         try:

@@ -305,7 +305,7 @@ def subject_names(args: argparse.Namespace) -> list[str | None]:
 def build_run(args: argparse.Namespace, subject: str | None, out: str | None) -> RunConfig:
     cluster = getattr(args, "cluster", None)
     if cluster is not None and cluster.startswith("kubeconfig:"):
-        given = [f for f, v in (("--subject", subject), ("--subject-file", args.subject_file),
+        given = [f for f, v in (("--subject", subject or args.subject), ("--subject-file", args.subject_file),
                                 ("--plugin-cmd", args.plugin_cmd), ("--image", getattr(args, "image", None)),
                                 ("--defect", args.defect)) if v]
         if given:
@@ -901,7 +901,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_checks() -> int:
-    for kind, package in SUITES.items():
+    suites = [(kind, package) for kind, package in SUITES.items()]
+    suites += [(f"{kind} ({name})", package) for name, (kind, package) in NAMED_SUITES.items()]
+    for kind, package in suites:
         for check_id, (level, title) in catalog(package).items():
             print(f"{check_id:10} {level:6} {kind:13} {title}")
     return EXIT_OK

@@ -537,7 +537,7 @@ class Collector:
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
             missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings),
-            cleanup=list(self.cleanup))
+            cleanup=list(self.cleanup), suite=self.run.suite)
 
     def api_versions(self) -> dict[str, str]:
         if not self.run.spec.is_dra:
