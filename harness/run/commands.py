@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, fidelity, provenance, scenariocli, shards
+from harness.run import certify, fidelity, matrix, provenance, scenariocli, shards
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -186,6 +186,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite", choices=sorted(NAMED_SUITES),
                      help="run a named suite instead of the subject kind's own: kep5970 (the seven checks of "
                           "kubernetes/enhancements#5970, judged through the Kubernetes API)")
+    mtx = sub.add_parser("matrix", help="one table per subject: its checks down, kubelet release x node across "
+                                        "(each cell a check run, as fidelity runs them); shardable")
+    mtx.add_argument("--subject", action="append", default=[], metavar="NAME", help="a subject (repeatable)")
+    mtx.add_argument("--kubelet-version", default=DEFAULT_KUBELET_VERSION, metavar="A,B,...",
+                     help="kubelet releases: the fake node runs its model of each minor, the real node builds each "
+                          f"from the Go module proxy (default {DEFAULT_KUBELET_VERSION})")
+    mtx.add_argument("--node", default="fake", metavar="fake,real", help="nodes (default fake)")
+    mtx.add_argument("--check", action="append", default=[], metavar="ID", help="only these checks (repeatable)")
+    mtx.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    mtx.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    mtx.add_argument("--shard", metavar="K/N", help="only the K-th of N shares of the (cell, check) pairs")
+    mtx.add_argument("--merge", nargs="+", metavar="DIR", help="write the table of these matrix shards instead")
+    mtx.add_argument("-j", "--jobs", type=int, default=2, help="checks run in parallel within a cell (default 2)")
+    mtx.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    mtx.add_argument("--out", default="fakelet-matrix", help="output directory (default ./fakelet-matrix)")
     mrg = sub.add_parser("merge", help="one report from the report directories of fakelet run --shard K/N "
                                        "(each shard once, all from one run)")
     mrg.add_argument("shard_dirs", nargs="+", metavar="DIR", help="a shard's report directory")
@@ -900,6 +915,42 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return EXIT_CODES[status]
 
 
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from reports.merge import MergeError
+
+    out = check_out(args.out)
+    if args.merge:
+        if any(out.resolve() == Path(d).resolve() for d in args.merge):
+            raise UsageError(f"--out {args.out}: is one of the shards; write the table elsewhere")
+        stage = staging_dir(out)
+        try:
+            done = matrix.merge_dirs([Path(d) for d in args.merge], stage)
+            with _stop.shielded():
+                swap_in(stage, out)
+        except (MergeError, OSError, ValueError) as err:
+            raise UsageError(str(err)) from None
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    else:
+        if not 1 <= args.jobs <= max_jobs():
+            raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+        matrix.plan(args)  # every cell valid before the old table goes
+        if args.shard:
+            shards.parse_shard(args.shard)
+        reap_dead_runs()
+        fresh_out(out)
+        args.repeat = 1
+        try:
+            done = matrix.run(args, out, run_one, shared_control_plane, lambda line: print(line, flush=True))
+        except Interrupted:
+            print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+            return 130
+        finally:
+            os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+    print(f"\ntable: {out}/{matrix.MATRIX_MD}")
+    return EXIT_CODES[run_status([r for _, r in done])] if done else EXIT_OK
+
+
 def cmd_checks() -> int:
     suites = [(kind, package) for kind, package in SUITES.items()]
     suites += [(f"{kind} ({name})", package) for name, (kind, package) in NAMED_SUITES.items()]
@@ -943,6 +994,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_fidelity(args)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "matrix":
+            return cmd_matrix(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
         return cmd_run(args)
