@@ -155,3 +155,33 @@ def test_three_shards_of_the_reference_plugin_merge_into_the_unsharded_verdicts(
     assert verdicts(got) == verdicts(want) and len(verdicts(got)) == len(CHECKS)
     assert [s["shard"] for s in got[0].provenance["shards"]] == ["1/3", "2/3", "3/3"]
     assert got[0].provenance["catalog"] == want[0].provenance["catalog"]
+
+
+# -- fakelet matrix ----------------------------------------------------------------------------------------
+
+
+def test_matrix_shards_merge_into_one_table_per_subject(tmp: Path) -> None:
+    args = ["matrix", "--subject", "reference-dp", "--kubelet-version", "1.35,1.36", "--node", "fake",
+            "--check", CHECKS[0], "-j", "1"]
+    for k in (1, 2):
+        got = fakelet(tmp, *args, "--shard", f"{k}/2", "--out", f"m{k}")
+        assert got.returncode == 0, got.stdout + got.stderr
+    merged = fakelet(tmp, "matrix", "--merge", "m1", "m2", "--out", "table")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    table = json.loads((tmp / "table" / "matrix.json").read_text())["subjects"]["reference-dp"]
+    assert table["columns"] == ["1.35 fake", "1.36 fake"]
+    assert table["rows"] == {CHECKS[0]: {"1.35 fake": PASS, "1.36 fake": PASS}}
+    assert "| DP-REG-02 | pass | pass |" in (tmp / "table" / "matrix.md").read_text()
+    again = fakelet(tmp, "matrix", "--merge", "m1", "m1", "--out", "bad")
+    assert again.returncode == 2 and "shards overlap" in again.stderr and not (tmp / "bad").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--kubelet-version", "1.20"], "--kubelet-version 1.20"), (["--node", "fake,moon"], "--node 'moon'"),
+    (["--shard", "3/2"], "K must be between 1 and N"), (["--subject", "no-such-subject"], "no-such-subject")])
+def test_matrix_refuses_bad_input_in_one_line(tmp: Path, args: list[str], words: str) -> None:
+    base = {"--subject": "reference-dp", "--kubelet-version": "1.36", "--node": "fake"}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    got = fakelet(tmp, "matrix", *[x for kv in base.items() for x in kv], "--out", "m")
+    assert got.returncode == 2 and words in got.stderr, got.stderr
+    assert len(got.stderr.strip().splitlines()) == 1 and not (tmp / "m").exists()
