@@ -519,7 +519,8 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
         return None
     try:
-        plane = open_control_plane("local").start()
+        # kube-scheduler only for the kep5970 suite: it allocates its claims as a cluster would.
+        plane = open_control_plane("local", scheduler=any(r.suite == "kep5970" for r in runs)).start()
     except ControlPlaneUnavailable as err:
         print(f"fakelet: no local API server ({err}); DRA checks that need one will skip", file=sys.stderr)
         spec = UNAVAILABLE + str(err)

@@ -141,6 +141,9 @@ def component_facts(run: RunConfig) -> dict[str, str]:
         manager = str(plane.get("kube-controller-manager", ""))
         # Built from the same wrapper module as the API server: the same release.
         out["kube-controller-manager"] = manager if manager.startswith("not running") else out["kube-apiserver"]
+        scheduler = str(plane.get("kube-scheduler", ""))
+        if scheduler and not scheduler.startswith("not running"):
+            out["kube-scheduler"] = out["kube-apiserver"]  # the same wrapper module, the same release
         if plane.get("etcd"):
             out["etcd"] = package_version(PACKAGES["etcd"]) or str(plane["etcd"])
     if run.node == "real":

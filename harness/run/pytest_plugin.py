@@ -11,6 +11,7 @@ serialized RunConfig `fakelet run` writes) or from the individual
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -359,8 +360,13 @@ class Collector:
                 env.wait_dra_registered()
             assert env.allocator is not None and env.client is not None
             env.allocator.ensure_device_class(env.device_class, env.driver)
+            # The local API server's kube-scheduler allocates and binds, as in a cluster, when it runs (`fakelet run
+            # --suite kep5970` starts it); otherwise fakelet's allocator and scheduler do (harness/controlplane).
+            real_scheduler = plane_runs_scheduler(plane)
             world = KepWorld(env.client, env.driver, env.device_class, run.profile, node=env.node_name,
-                             scheduler=env.scheduler, runnable=env.node.runnable, namespace=env.node_name)
+                             scheduler=None if real_scheduler else env.scheduler, runnable=env.node.runnable,
+                             namespace=env.node_name,
+                             allocated_by="the local kube-scheduler" if real_scheduler else FAKELET_ALLOCATOR)
             world.start()
             yield world
         finally:
@@ -590,6 +596,24 @@ class Collector:
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
             f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
             f"{r.coverage_line()}")
+
+
+FAKELET_ALLOCATOR = "fakelet's allocator and scheduler (harness/controlplane/allocator.py), not kube-scheduler"
+
+
+def plane_runs_scheduler(plane: ControlPlane | None) -> bool:
+    """Whether the API server the checks use has a kube-scheduler beside it: this process's own local plane,
+    or the one `fakelet run` shared (what it announced for the reports' provenance)."""
+    if plane is None:
+        return False
+    described: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        described = plane.describe()
+    if "kube-scheduler" not in described:
+        with contextlib.suppress(ValueError):
+            described = json.loads(os.environ.get(provenance.PLANE_ENV) or "{}")
+    found = str(described.get("kube-scheduler", ""))
+    return bool(found) and not found.startswith("not running")
 
 
 def finding_kind(finding: str) -> str:

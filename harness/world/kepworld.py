@@ -91,7 +91,7 @@ class KepWorld:
     def __init__(self, client: KubeClient, driver: str, device_class: str, profile: Profile, *,
                  node: str | None = None, scheduler: Scheduler | None = None,
                  runnable: Callable[[dict], dict] | None = None, image: str = POD_IMAGE,
-                 namespace: str | None = None) -> None:
+                 namespace: str | None = None, allocated_by: str = "the cluster's kube-scheduler") -> None:
         """`node`: only this node's slices and pods count (a local node), else any node's; `scheduler`:
         fakelet's, which allocates and binds (a local control plane has no kube-scheduler), else the
         cluster's own; `runnable` adapts a pod for a local node (its image, host network)."""
@@ -103,6 +103,7 @@ class KepWorld:
         self._cleanup: list[Callable[[], None]] = []
         self._stages: dict[str, Any] = {}
         self.notes: list[str] = []
+        self.allocated_by = allocated_by  # said in KEP5970-03's notes: whose allocation it judged
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -53,7 +53,8 @@ def test_resourceslice_publishing(kep_world: KepWorld) -> None:
 
 
 @check("KEP5970-03", MUST, "Device Allocation: a ResourceClaim of the device class is allocated")
-def test_device_allocation(kep_world: KepWorld) -> None:
+def test_device_allocation(kep_world: KepWorld, request) -> None:
+    request.node.user_properties.append(("fakelet_notes", [f"allocated by {kep_world.allocated_by}"]))
     judge(kep_world.published(), "published devices")
     story_stage(kep_world.first(), "allocation", "the claim allocated from the driver's devices")
 
