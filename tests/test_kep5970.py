@@ -142,3 +142,35 @@ def test_a_mutant_of_the_reference_driver_fails_its_kep_checks(tmp: Path, defect
     # What comes before the broken behaviour still passes: the suite names the behaviour, not everything.
     assert verdicts["KEP5970-02"] == verdicts["KEP5970-03"] == PASS
     assert got.returncode == 1
+
+
+# -- against a cluster (here: a local API server with no node, which a kubeconfig names like any cluster's) ------
+
+
+def test_a_cluster_without_the_driver_fails_publishing_and_leaves_no_objects(tmp: Path, shared_kubeconfig) -> None:
+    from harness.controlplane.client import KubeClient
+
+    client = KubeClient.from_kubeconfig(shared_kubeconfig)
+    driver = "absent.fakelet.example.com"
+    client.create("/apis/resource.k8s.io/v1/deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "kep-absent"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}})
+    try:
+        missing = fakelet(tmp, "run", "--suite", "kep5970", "--cluster", f"kubeconfig:{shared_kubeconfig}",
+                          "--driver", driver, "--device-class", "kep-no-such-class", "--out", "r0", timeout=120)
+        assert missing.returncode == 2 and "no such DeviceClass" in missing.stderr, missing.stderr
+        got = fakelet(tmp, "run", "--suite", "kep5970", "--cluster", f"kubeconfig:{shared_kubeconfig}",
+                      "--driver", driver, "--device-class", "kep-absent", "--reaction-bound", "2", "--out", "r")
+        report = json.loads((tmp / "r" / "report.json").read_text())
+        verdicts = verdicts_of(report)
+        assert verdicts["KEP5970-02"] == FAIL and "no device" in next(
+            c["detail"] for c in report["checks"] if c["id"] == "KEP5970-02")
+        assert {v for i, v in verdicts.items() if i != "KEP5970-02"} == {NOT_EXERCISED}
+        assert got.returncode == 1 and report["suite"] == "kep5970"
+        # Its namespace is deleted (a bare API server has no namespace controller to finish that: Terminating).
+        left = [n for n in client.list("/api/v1/namespaces") if n["metadata"]["name"].startswith("fakelet-kep5970-")
+                and not n["metadata"].get("deletionTimestamp")]
+        assert left == []
+    finally:
+        client.delete("/apis/resource.k8s.io/v1/deviceclasses/kep-absent")
+        client.close()

@@ -598,7 +598,7 @@ class RunConfig:
     @classmethod
     def for_cluster(cls, cluster: str, driver: str | None, device_class: str | None, suite: str | None,
                     profile: str = "fast", seed: int = 0, checks: list[str] | None = None, out: str | None = None,
-                    require: list[str] | None = None) -> RunConfig:
+                    require: list[str] | None = None, reaction_bound: float | None = None) -> RunConfig:
         """A driver already installed in a live cluster (`--cluster kubeconfig:PATH`): fakelet launches nothing,
         it only creates claims and pods in a namespace of its own. Checked now: the kubeconfig reads, the API
         server answers, and the DeviceClass exists."""
@@ -632,7 +632,10 @@ class RunConfig:
             client.close()
         spec = SubjectSpec(name=driver, kind="dra", command=[], resource=driver, driver=driver, launcher="installed",
                            source="--cluster", description=f"DRA driver {driver}, installed in the cluster")
-        return cls(spec=spec, profile=get_profile(profile), seed=check_seed(seed), checks=list(checks or []),
+        timing = get_profile(profile)
+        if reaction_bound is not None:
+            timing = timing.with_reaction_bound(reaction_bound)
+        return cls(spec=spec, profile=timing, seed=check_seed(seed), checks=list(checks or []),
                    out=Path(out) if out else None, control_plane="none", cluster=spec_text,
                    require=check_require(require or []), suite=suite, device_class=device_class)
 

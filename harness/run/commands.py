@@ -327,7 +327,8 @@ def build_run(args: argparse.Namespace, subject: str | None, out: str | None) ->
             raise UsageError(f"--cluster {oneline(cluster)}: the driver is the one installed there; drop {given[0]}")
         return RunConfig.for_cluster(cluster, args.driver, getattr(args, "device_class", None),
                                      getattr(args, "suite", None), args.profile, args.seed,
-                                     getattr(args, "check", []), out, getattr(args, "require", []))
+                                     getattr(args, "check", []), out, getattr(args, "require", []),
+                                     getattr(args, "reaction_bound", None))
     if getattr(args, "device_class", None):
         raise UsageError("--device-class goes with --cluster kubeconfig:PATH (fakelet makes its own class otherwise)")
     return RunConfig.build(subject=subject, subject_file=args.subject_file, defect=args.defect,

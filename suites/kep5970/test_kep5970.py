@@ -55,7 +55,9 @@ def test_resourceslice_publishing(kep_world: KepWorld) -> None:
 @check("KEP5970-03", MUST, "Device Allocation: a ResourceClaim of the device class is allocated")
 def test_device_allocation(kep_world: KepWorld, request) -> None:
     request.node.user_properties.append(("fakelet_notes", [f"allocated by {kep_world.allocated_by}"]))
-    judge(kep_world.published(), "published devices")
+    published = kep_world.published()
+    if not published.ok:  # KEP5970-02's failure, not this one's
+        not_exercised(f"nothing to allocate from: {published.detail}")
     story_stage(kep_world.first(), "allocation", "the claim allocated from the driver's devices")
 
 
