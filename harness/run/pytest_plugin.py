@@ -374,7 +374,15 @@ class Collector:
                 if world is not None:
                     world.close()
             finally:
-                env.close()
+                try:
+                    env.close()
+                finally:
+                    # A named suite runs in this one process (no workers): what the world learned goes straight
+                    # into the report, as report_env hands it over for the function-scoped worlds.
+                    for api, version in env.negotiated().items():
+                        self.negotiated.setdefault(api, set()).add(version)
+                    merge_facts(self.facts, dict(env.facts))
+                    self.findings.extend(f for f in env.findings if f not in self.findings)
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not any(_marker(i) for i in items):
