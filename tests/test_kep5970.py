@@ -76,8 +76,9 @@ def test_only_a_runtime_known_without_cdi_makes_the_environment_not_exercised() 
     (["--cluster", "kubeconfig:KUBECONFIG", "--driver", "gpu.example.com"], "give --device-class CLASS"),
     (["--cluster", "kubeconfig:KUBECONFIG", "--driver", "gpu.example.com", "--device-class", "gpu",
       "--subject", "reference-dra"], "drop --subject"),
-    (["--subject", "reference-dp"], "--suite kep5970 is for a dra subject"),
+    (["--subject", "reference-dp", "--node", "real"], "--suite kep5970 is for a dra subject"),
     (["--subject", "reference-dra", "--device-class", "gpu"], "--device-class goes with --cluster"),
+    (["--subject", "reference-dra"], "judges real pods: run it with --node real"),
 ])
 def test_bad_input_is_one_line_and_leaves_nothing(tmp: Path, args: list[str], words: str) -> None:
     kubeconfig = tmp / "kubeconfig"

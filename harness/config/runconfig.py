@@ -129,7 +129,7 @@ def check_cluster(cluster: str | None, kind_image: str | None, keep_cluster: boo
     return cluster
 
 
-def check_suite(suite: str | None, spec: SubjectSpec) -> None:
+def check_suite(suite: str | None, spec: SubjectSpec, node: str) -> None:
     if suite is None:
         return
     if suite not in NAMED_SUITES:
@@ -137,6 +137,10 @@ def check_suite(suite: str | None, spec: SubjectSpec) -> None:
     kind = NAMED_SUITES[suite][0]
     if spec.kind != kind:
         raise ProfileError(f"--suite {suite} is for a {kind} subject; {spec.name} is a {spec.kind}")
+    if node != "real":
+        # Its checks read what a kubelet does with real pods (containers, events, their environment).
+        raise ProfileError(f"--suite {suite} judges real pods: run it with --node real, or against a cluster where "
+                           "the driver is installed (--cluster kubeconfig:PATH --driver NAME --device-class CLASS)")
 
 
 def check_control_plane(spec: str) -> str:
@@ -573,7 +577,7 @@ class RunConfig:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
         cluster = check_cluster(cluster, kind_image, keep_cluster, node, spec)
-        check_suite(suite, spec)
+        check_suite(suite, spec, node)
         check_base()
         check_binary(binary)
         check_templates(spec, binary, parse_env(overrides.env))
