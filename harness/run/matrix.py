@@ -118,13 +118,8 @@ def run(args: argparse.Namespace, out: Path, run_one: Callable[..., SubjectRepor
     finally:
         if plane is not None:
             plane.stop()
-    from harness.run.provenance import catalog_facts
-
-    record = {"format": shards.SHARD_FORMAT, "shard": str(shard), "index": shard.index, "count": shard.count,
-              "subjects": sorted({c.label for c in cells}), "pairs": [list(p) for p in pairs],
-              "mine": [list(p) for p in mine], "catalog_sha256": str(catalog_facts()["sha256"]),
-              "cells": {c.slug: {"subject": c.subject, "release": c.release, "node": c.node} for c in cells}}
-    shards.write_record(record, out)
+    cell_map = {c.slug: {"subject": c.subject, "release": c.release, "node": c.node} for c in cells}
+    shards.write_record(shards.record_of(shard, pairs, mine, cells=cell_map), out)
     write_table(done, out)
     return done
 

@@ -83,16 +83,16 @@ def split(runs: list[RunConfig], shard: Shard) -> tuple[list[RunConfig], dict[st
         checks = [cid for subject, cid in mine if subject == run.spec.name]
         if checks:
             kept.append(dataclasses.replace(run, checks=checks))
-    record = {"format": SHARD_FORMAT, "shard": str(shard), "index": shard.index, "count": shard.count,
-              "subjects": sorted({s for s, _ in every}), "pairs": [list(p) for p in every],
-              "mine": [list(p) for p in mine], "catalog_sha256": catalog_sha256(runs)}
-    return kept, record
+    return kept, record_of(shard, every, mine)
 
 
-def catalog_sha256(runs: list[RunConfig]) -> str:
+def record_of(shard: Shard, every: list[Pair], mine: list[Pair], **more: Any) -> dict[str, Any]:
+    """The shard's record (shard.json): its place, the run's pairs, its own, and the check catalog's digest."""
     from harness.run.provenance import catalog_facts
 
-    return str(catalog_facts()["sha256"])
+    return {"format": SHARD_FORMAT, "shard": str(shard), "index": shard.index, "count": shard.count,
+            "subjects": sorted({s for s, _ in every}), "pairs": [list(p) for p in every],
+            "mine": [list(p) for p in mine], "catalog_sha256": str(catalog_facts()["sha256"]), **more}
 
 
 def write_record(record: dict[str, Any], directory: Path) -> None:
