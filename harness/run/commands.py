@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, fidelity, provenance, scenariocli
+from harness.run import certify, explorecli, fidelity, provenance, scenariocli
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -247,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     certify.add_parsers(sub)
+    explorecli.add_parser(sub, _add_subject_flags, _add_one_off_flags, _add_world_flags)
     return parser
 
 
@@ -880,6 +881,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_scenario(args)
         if args.command == "fidelity":
             return cmd_fidelity(args)
+        if args.command == "explore":
+            return explorecli.cmd_explore(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
         return cmd_run(args)
