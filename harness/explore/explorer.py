@@ -40,6 +40,7 @@ class Options:
     seed: int
     max_steps: int = DEFAULT_MAX_STEPS
     rules: tuple[str, ...] | None = None  # None: every rule that applies to the subject
+    verbose: bool = False  # a line per example: the rules it ran
 
 
 @dataclass
@@ -69,7 +70,7 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     report.timings = run.profile.describe()
     result = Result(report)
     plane, why = runner._control_plane(run, "fake")  # one API server for every example (DRA), as a scenario's
-    session = Session(run, ctx, rules, plane, why, began + options.budget_s, say)
+    session = Session(run, ctx, rules, plane, why, began + options.budget_s, say, verbose=options.verbose)
     say(f"explore {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}: seed {options.seed}, budget "
         f"{options.budget_s:g}s, up to {options.max_steps} steps per example, rules: "
         f"{', '.join(r.name for r in rules)}")

@@ -76,6 +76,7 @@ class Session:
     first_steps: int = 0  # the first failing sequence's length, before hypothesis shrank it
     first_at: float | None = None  # seconds from the start to the first failing example's failure
     last_progress: float = 0.0
+    verbose: bool = False  # one line per example: the rules it ran
 
     def over(self) -> bool:
         return time.monotonic() >= self.end
@@ -119,6 +120,8 @@ class ExplorerMachine(RuleBasedStateMachine):
         self.model = Model(self.session.ctx.kind, [])
         self.log: list[dict[str, Any]] = []
         self.origin: list[str] = []
+        self.ran: list[str] = []  # the rules this example ran, in order
+        self.busy = True  # in a step: an example that ends while busy ended on an exception, and is not judged
         self.began = time.monotonic()
 
     # -- the node ----------------------------------------------------------------------------------------
@@ -141,24 +144,37 @@ class ExplorerMachine(RuleBasedStateMachine):
         self._steps("boot", [{"kubelet": "start"}, {"plugin": "start"}])
         self.model.kubelet_up = self.model.plugin_up = True
         self._judge()
+        self.busy = False
 
     def teardown(self) -> None:
+        """Quiescence: the model's invariants once more, each state held for a node-status period (the steps'
+        own were first glimpses), then the node closed whatever happened."""
         try:
-            if self.stage is not None:
-                self.stage.close()
+            if self.stage is not None and not self.busy and not self.session.over():
+                self._judge(held=True)
         finally:
-            if self.env is not None:
-                self.env.close()
-            self.session.progress()
+            try:
+                if self.stage is not None:
+                    self.stage.close()
+            finally:
+                if self.env is not None:
+                    self.env.close()
+                if self.session.verbose and self.env is not None:
+                    self.session.say(f"example {self.session.examples}: {' '.join(self.ran) or '(boot only)'} "
+                                     f"({time.monotonic() - self.began:.1f}s)")
+                self.session.progress()
 
     # -- steps -------------------------------------------------------------------------------------------
 
     def apply(self, r: Rule, data: st.DataObject) -> None:
         if self.session.over():
             return  # no step past the budget: the example ends as it stands
+        self.busy = True
+        self.ran.append(r.name)
         steps = r.act(self.model, self.session.ctx, lambda options: data.draw(st.sampled_from(list(options))))
         self._steps(r.name, steps)
         self._judge()
+        self.busy = False
 
     def _steps(self, origin: str, steps: Sequence[dict[str, Any]]) -> None:
         for mapping in steps:
@@ -186,12 +202,17 @@ class ExplorerMachine(RuleBasedStateMachine):
             self.session.steps += 1
             self.session.step_s += time.monotonic() - began
 
-    def _judge(self) -> None:
-        """Every invariant the model holds now, as `expect` steps (as few as their condition keys allow)."""
+    def _judge(self, held: bool = False) -> None:
+        """Every invariant the model holds now, as `expect` steps (as few as their condition keys allow).
+
+        After a step the first moment the node shows the model's state counts (`glimpse: true`): a state never
+        reached within the bound is a finding however it is judged, and the steps stay fast. At quiescence
+        (`held`) each state must also hold for a node-status period, as every scenario's expect does."""
         for group in split(expectations(self.model)):
             self.session.judged.update(invariant for invariant, _conds in group)
             try:
-                self._one("invariants", {"expect": merged(group)})
+                self._one("invariants" if not held else "quiescence",
+                          {"expect": merged(group), **({} if held else {"glimpse": True})})
             except Symptom as err:
                 self._found(group, str(err))
 

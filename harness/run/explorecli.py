@@ -55,6 +55,7 @@ def add_parser(sub: Any, subject_flags: Any, one_off_flags: Any, world_flags: An
     p.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                    help="hold the plugin to this bound instead of the kubelet's 30 s (for mutants that never "
                         "react; the report and the repro's replay line say so)")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per example: the rules it ran")
     p.add_argument("--out", default="fakelet-explore", help="report directory (default ./fakelet-explore)")
 
 
@@ -71,7 +72,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     c.check_one_subject(args)
     out = c.check_out(args.out)
     run = c.build_run(args, args.subject, str(out))
-    options = Options(budget, args.seed, args.max_steps, rule_names(args.rules))
+    options = Options(budget, args.seed, args.max_steps, rule_names(args.rules), args.verbose)
     applicable(context_of(run.spec), options.rules)  # a bad --rules before anything starts
     c.reap_dead_runs()
     stage = c.staging_dir(out)
