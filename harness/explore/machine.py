@@ -12,6 +12,7 @@ What the exploration learns lives in `Session`, shared by every example of a run
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import reject
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane
@@ -77,6 +78,16 @@ class Session:
     first_at: float | None = None  # seconds from the start to the first failing example's failure
     last_progress: float = 0.0
     verbose: bool = False  # one line per example: the rules it ran
+    devices: list[Device] | None = None  # the fake hardware as every example starts (learned by the first)
+    prefixes: set[tuple[str, ...]] = field(default_factory=set)  # of step sequences that ran and held throughout
+    repeats: int = 0  # examples that repeated an earlier one's steps, not run again
+
+    def known(self, log: list[dict[str, Any]]) -> bool:
+        return _key(log) in self.prefixes
+
+    def passed(self, log: list[dict[str, Any]]) -> None:
+        key = _key(log)
+        self.prefixes.update(key[:n] for n in range(1, len(key) + 1))
 
     def over(self) -> bool:
         return time.monotonic() >= self.end
@@ -86,11 +97,13 @@ class Session:
         if self.best is None:
             self.first_steps, self.first_at = len(finding.steps), finding.found_at_s
             # Keep time for one replay of what shrinking leaves (no longer than this): the budget bounds it all.
-            self.end -= finding.duration_s
+            self.end -= REPLAY_RESERVE * finding.duration_s
             self.say(f"finding after {finding.found_at_s:.0f}s: {finding.invariant} in {len(finding.steps)} steps; "
                      "shrinking")
         if self.best is None or _shorter(finding, self.best):
             self.best = finding
+        if sum(1 for o in self.best.rules if o not in JUDGING) <= 1:
+            self.end = time.monotonic()  # one step of one rule: nothing left to shrink, no reason to go on
 
     def progress(self) -> None:
         now = time.monotonic()
@@ -100,10 +113,18 @@ class Session:
         rate = self.steps / self.step_s if self.step_s else 0.0
         best = f"; best finding {self.best.invariant} in {len(self.best.steps)} steps" if self.best else ""
         self.say(f"explore: {now - self.began:.0f}s, {self.examples} example(s), {self.steps} steps "
-                 f"({rate:.2f} steps/s), {self.inconclusive} inconclusive{best}")
+                 f"({rate:.2f} steps/s), {self.inconclusive} inconclusive, {self.repeats} repeat(s) skipped{best}")
 
 
 PROGRESS_EVERY_S = 10.0
+# The replay of a finding makes a fresh node and runs the shrunk sequence: no longer than the first failing
+# example, and a node's start-up on a loaded machine again; kept out of the budget for search and shrinking.
+REPLAY_RESERVE = 2.0
+JUDGING = ("boot", "invariants", "quiescence")  # a finding's steps that are no rule's
+
+
+def _key(log: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(flow(step) for step in log)
 
 
 def _shorter(a: Finding, b: Finding) -> bool:
@@ -121,6 +142,7 @@ class ExplorerMachine(RuleBasedStateMachine):
         self.log: list[dict[str, Any]] = []
         self.origin: list[str] = []
         self.ran: list[str] = []  # the rules this example ran, in order
+        self.groups: dict[int, list[tuple[str, dict[str, Any]]]] = {}  # an expect's index in the log: its invariants
         self.busy = True  # in a step: an example that ends while busy ended on an exception, and is not judged
         self.began = time.monotonic()
 
@@ -132,25 +154,39 @@ class ExplorerMachine(RuleBasedStateMachine):
         if s.over():
             reject()  # the budget is spent: hypothesis runs no more examples worth the name
         s.examples += 1
-        run = s.run
-        try:
-            self.env = _environment(run, s.plane, s.plane_error, "fake", None)
-        except NO_VERDICT as err:
-            # fakelet's failure, never the subject's: no example can run, so the exploration ends here.
-            s.error, s.end = f"the node could not be made: {str(err).splitlines()[0]}", time.monotonic()
-            reject()
-        self.stage = Stage(self.env, lambda line: None)
-        self.model.devices = _devices(self.env, s.ctx)
+        if s.devices is None:
+            self._go_live()  # the first example: the fake hardware says what the model starts from
+        self.model.devices = [dataclasses.replace(d) for d in s.devices or []]
         self._steps("boot", [{"kubelet": "start"}, {"plugin": "start"}])
         self.model.kubelet_up = self.model.plugin_up = True
         self._judge()
         self.busy = False
 
+    def _go_live(self) -> None:
+        """Make this example's node and carry out the steps held back so far (see `_one`)."""
+        s = self.session
+        try:
+            self.env = _environment(s.run, s.plane, s.plane_error, "fake", None)
+        except NO_VERDICT as err:
+            # fakelet's failure, never the subject's: no example can run, so the exploration ends here.
+            s.error, s.end = f"the node could not be made: {str(err).splitlines()[0]}", time.monotonic()
+            reject()
+        self.stage = Stage(self.env, lambda line: None)
+        if s.devices is None:
+            s.devices = _devices(self.env, s.ctx)
+        for n in range(len(self.log)):
+            self._carry_out(n)
+
     def teardown(self) -> None:
         """Quiescence: the model's invariants once more, each state held for a node-status period (the steps'
         own were first glimpses), then the node closed whatever happened."""
         try:
-            if self.stage is not None and not self.busy and not self.session.over():
+            if self.stage is None:
+                if self.log:
+                    self.session.repeats += 1  # every step of it already ran, and held, in an earlier example
+                return
+            if not self.busy and not self.session.over():
+                self.session.passed(self.log)
                 self._judge(held=True)
         finally:
             try:
@@ -181,11 +217,26 @@ class ExplorerMachine(RuleBasedStateMachine):
             self._one(origin, mapping)
 
     def _one(self, origin: str, mapping: dict[str, Any]) -> None:
-        assert self.stage is not None
-        (action, arg), *rest = mapping.items()
+        """One step, logged; carried out once the example leaves what earlier examples already ran.
+
+        hypothesis generates the same realized sequence again and again (different choices, same steps: its
+        simplest example above all), and on a live node each costs seconds. A step sequence that is a prefix of
+        one an earlier example ran, every invariant holding, is held back instead; the node is made only when
+        the sequence becomes new (then the held steps run first, in order), and never for a repeat."""
         self.log.append(mapping)
         self.origin.append(origin)
-        step = Step(action, arg, dict(rest), f"explore: steps[{len(self.log) - 1}]", len(self.log) - 1)
+        if self.stage is None:
+            if self.session.known(self.log):
+                return
+            self._go_live()
+            return
+        self._carry_out(len(self.log) - 1)
+
+    def _carry_out(self, n: int) -> None:
+        assert self.stage is not None
+        mapping = self.log[n]
+        (action, arg), *rest = mapping.items()
+        step = Step(action, arg, dict(rest), f"explore: steps[{n}]", n)
         began = time.monotonic()
         try:
             self.stage.run(step)
@@ -193,7 +244,9 @@ class ExplorerMachine(RuleBasedStateMachine):
             if action != "expect":
                 self.session.inconclusive += 1
                 reject()  # an action's own expectation (a rolling update's): not one of the model's invariants
-            raise err
+            # A held-back step may fail as it is carried out late: the finding is the sequence up to it.
+            del self.log[n + 1:], self.origin[n + 1:]
+            self._found(self.groups[n], str(err))
         except NO_VERDICT as err:
             self.session.inconclusive += 1
             self.stage.tell(f"INCONCLUSIVE: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
@@ -210,11 +263,9 @@ class ExplorerMachine(RuleBasedStateMachine):
         (`held`) each state must also hold for a node-status period, as every scenario's expect does."""
         for group in split(expectations(self.model)):
             self.session.judged.update(invariant for invariant, _conds in group)
-            try:
-                self._one("invariants" if not held else "quiescence",
-                          {"expect": merged(group), **({} if held else {"glimpse": True})})
-            except Symptom as err:
-                self._found(group, str(err))
+            self.groups[len(self.log)] = group
+            self._one("invariants" if not held else "quiescence",
+                      {"expect": merged(group), **({} if held else {"glimpse": True})})
 
     def _found(self, group: list[tuple[str, dict[str, Any]]], detail: str) -> None:
         assert self.stage is not None
@@ -246,16 +297,19 @@ def _devices(env: DPEnv, ctx: Context) -> list[Device]:
 
 
 def machine_for(session: Session) -> type[ExplorerMachine]:
-    """A state machine class with one hypothesis rule per explorer rule (named as the rule, so hypothesis's own
-    printout reads in fakelet's words)."""
-    namespace: dict[str, Any] = {"session": session}
-    for r in session.rules:
-        def step(self: ExplorerMachine, data: st.DataObject, r: Rule = r) -> None:
-            self.apply(r, data)
+    """The state machine class of one exploration.
 
-        step.__name__ = r.name.replace("-", "_")
-        namespace[step.__name__] = precondition(lambda self, r=r: r.enabled(self.model))(rule(data=st.data())(step))
-    return type("FakeletExplore", (ExplorerMachine,), namespace)
+    One hypothesis rule, `step`, draws which explorer rule runs from those the model enables. With one rule per
+    explorer rule, hypothesis's swarm testing switches rules off per example and its filter retries preconditions:
+    on examples that cost seconds each, that ran the same realized sequence again and again. A drawn index also
+    shrinks well: towards fewer steps, and towards the rules listed first (rules.py RULES, simplest first)."""
+
+    def step(self: ExplorerMachine, data: st.DataObject) -> None:
+        enabled = [r for r in self.session.rules if r.enabled(self.model) for _ in range(r.weight())]
+        if enabled:
+            self.apply(data.draw(st.sampled_from(enabled), label="rule"), data)
+
+    return type("FakeletExplore", (ExplorerMachine,), {"session": session, "step": rule(data=st.data())(step)})
 
 
 def describe(mapping: dict[str, Any]) -> str:

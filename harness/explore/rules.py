@@ -26,6 +26,7 @@ OUTAGES_S = (1, 8)
 # an application XID that NVIDIA's device plugin ignores by default (harness/reference/nvml_source.py
 # APPLICATION_XIDS), so a correct plugin keeps the GPU healthy after it.
 CRITICAL_XID, APPLICATION_XID = 79, 13
+UNDO_WEIGHT = 4
 THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
 
 
@@ -46,6 +47,12 @@ class Rule:
     needs: str | None  # a capability of Context.observes, or None
     enabled: Callable[[Model], bool]
     act: Callable[[Model, Context, Draw[Any]], Steps]  # the steps; moves the model
+    undoes: bool = False  # ends a fault (recover, cool, plug, start): drawn more often while it can run
+
+    def weight(self) -> int:
+        """How many times it is among the candidates: a fault and its end in one example (fail, then recover
+        with the plugin up) is where plugins break, and with every rule drawn alike it came too rarely."""
+        return UNDO_WEIGHT if self.undoes else 1
 
     def applies(self, ctx: Context) -> bool:
         return ctx.kind in self.kinds and (self.needs is None or self.needs in ctx.observes)
@@ -171,7 +178,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("kubelet-stop", "the kubelet stops (its sockets stay)", (DP, DRA), None,
          lambda m: m.kubelet_up, _kubelet_stop),
     Rule("kubelet-start", "the kubelet starts again (deleting the plugin sockets)", (DP, DRA), None,
-         lambda m: not m.kubelet_up, _kubelet_start),
+         lambda m: not m.kubelet_up, _kubelet_start, undoes=True),
     Rule("kubelet-outage", "the kubelet is down for a while (1 s or 8 s), then starts", (DP, DRA), None,
          lambda m: m.kubelet_up, _kubelet_outage),
     Rule("plugin-kill", "the plugin is SIGKILLed and stays down", (DP, DRA), None,
@@ -179,7 +186,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("plugin-stop", "the plugin gets SIGTERM and stays down", (DP, DRA), None,
          lambda m: m.plugin_up, _plugin("stop", False)),
     Rule("plugin-start", "the plugin starts again (its DaemonSet pod)", (DP, DRA), None,
-         lambda m: not m.plugin_up, _plugin("start", True)),
+         lambda m: not m.plugin_up, _plugin("start", True), undoes=True),
     Rule("plugin-restart", "the plugin gets SIGTERM and starts again", (DP, DRA), None,
          lambda m: m.plugin_up, _plugin("restart", True)),
     Rule("plugin-crash", "the plugin is SIGKILLed and starts again", (DP, DRA), None,
@@ -187,15 +194,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("device-fail", "a device turns unhealthy", (DP, DRA), "health",
          lambda m: any(d.present and not d.failed for d in m.devices), _fail),
     Rule("device-recover", "a failed device turns healthy again", (DP, DRA), "health",
-         lambda m: any(d.failed for d in m.devices), _recover),
+         lambda m: any(d.failed for d in m.devices), _recover, undoes=True),
     Rule("device-heat", "a device heats past the plugin's limit", (DP, DRA), "temperature",
          lambda m: any(d.present and not d.hot for d in m.devices), _heat),
     Rule("device-cool", "a hot device cools under the plugin's limit less its hysteresis", (DP, DRA), "temperature",
-         lambda m: any(d.hot for d in m.devices), _cool),
+         lambda m: any(d.hot for d in m.devices), _cool, undoes=True),
     Rule("device-unplug", "a device is unplugged", (DP, DRA), "hotplug",
          lambda m: sum(d.present for d in m.devices) > 1, _unplug),
     Rule("device-plug", "an unplugged device is plugged in again", (DP, DRA), "hotplug",
-         lambda m: any(not d.present for d in m.devices), _plug),
+         lambda m: any(not d.present for d in m.devices), _plug, undoes=True),
     Rule("device-xid", "an NVML XID event on a GPU: critical (79) or an application one (13)", (DP,), "nvml",
          lambda m: any(d.present for d in m.devices), _xid),
     Rule("pod-admitted", "a pod asking for one device is admitted (device plugins: Allocate; DRA: its claim "
