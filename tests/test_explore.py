@@ -168,3 +168,33 @@ def test_the_reference_plugin_gives_no_finding(tmp_path: Path) -> None:
     verdicts = {c.id: c.verdict for c in result.report.checks}
     assert set(verdicts.values()) <= {PASS, NOT_EXERCISED} and PASS in verdicts.values()
     assert took <= 45 + 30  # the budget, and the teardown of the example it ended in
+
+
+# -- the full table (FAKELET_EXPLORE=full, tox -e explore): docs/explore.md --------------------------------------
+
+# (subject, defect, rules or None for every rule, budget s, found?): mutants whose defect an invariant can see, with
+# every rule the subject observes; benign behaviours under the kubelet's own bounds. What no invariant sees (the
+# content of an Allocate answer, NUMA, ...) is the checks' job and is listed in docs/explore.md as not found.
+TABLE = [
+    *[("reference-dp", d, None, 150, True) for d in (
+        "no-reregister", "stuck-unhealthy", "no-hotplug", "ignore-temperature", "missing-device", "close-stream",
+        "partial-list", "slow-health", "wrong-version", "give-up-on-reject")],
+    *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists")],
+    ("reference-dra", "forgets-after-restart", ("pod-admitted", "plugin-restart", "pod-deleted"), 150, True),
+    ("reference-dra", None, None, 150, False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="the full explore table: FAKELET_EXPLORE=full (tox -e explore)")
+@pytest.mark.parametrize(("subject", "defect", "rules", "budget", "found"), TABLE,
+                         ids=[f"{s}-{d or 'reference'}" for s, d, *_ in TABLE])
+def test_explore_table(tmp_path: Path, subject: str, defect: str | None, rules: tuple[str, ...] | None,
+                       budget: float, found: bool) -> None:
+    result, took = _explore(tmp_path, subject, defect, budget, 1, rules, MUTANT_BOUND_S if found else None, 8)
+    assert took <= budget + 30
+    if not found:
+        assert result.finding is None, result.report.checks
+        return
+    assert result.finding is not None, result.report.facts
+    assert result.replayed == REPRODUCED

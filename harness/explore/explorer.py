@@ -70,7 +70,9 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     report.timings = run.profile.describe()
     result = Result(report)
     plane, why = runner._control_plane(run, "fake")  # one API server for every example (DRA), as a scenario's
-    session = Session(run, ctx, rules, plane, why, began + options.budget_s, say, verbose=options.verbose)
+    # A step that started before the end may still wait out its bound after it (a mutant that never reacts).
+    in_flight = min(run.profile.reaction_s, options.budget_s / 4)
+    session = Session(run, ctx, rules, plane, why, began + options.budget_s - in_flight, say, verbose=options.verbose)
     say(f"explore {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}: seed {options.seed}, budget "
         f"{options.budget_s:g}s, up to {options.max_steps} steps per example, rules: "
         f"{', '.join(r.name for r in rules)}")
