@@ -49,10 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--mutant-bound", type=float, default=5.0)
     p.add_argument("--out", type=Path, default=Path("explore-table.md"))
-    p.add_argument("defects", nargs="*", help="default: every defect and benign behaviour, then the reference")
+    p.add_argument("defects", nargs="*", help="default: every defect and benign behaviour, then `reference`")
     args = p.parse_args(argv)
     known = {**DP_DEFECTS, **DP_BENIGN} if args.subject != "reference-dra" else DRA_DEFECTS
-    defects: list[str | None] = list(args.defects) or [*known, None]
+    # "reference" names the subject itself, without a defect.
+    defects: list[str | None] = [None if d == "reference" else d for d in args.defects] or [*known, None]
     if not args.out.exists():
         args.out.write_text(HEADER)
     for defect in defects:
