@@ -179,8 +179,8 @@ def test_the_reference_plugin_gives_no_finding(tmp_path: Path) -> None:
 TABLE = [
     *[("reference-dp", d, None, 150, True) for d in (
         "no-reregister", "stuck-unhealthy", "no-hotplug", "ignore-temperature", "missing-device", "close-stream",
-        "partial-list", "slow-health", "wrong-version", "give-up-on-reject")],
-    *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists")],
+        "partial-list", "slow-health", "wrong-version", "no-socket-recreate", "stale-socket-crash")],
+    *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists", None)],
     ("reference-dra", "forgets-after-restart", ("pod-admitted", "plugin-restart", "pod-deleted"), 150, True),
     ("reference-dra", None, None, 150, False),
 ]
