@@ -199,3 +199,43 @@ def test_explore_table(tmp_path: Path, subject: str, defect: str | None, rules: 
         return
     assert result.finding is not None, result.report.facts
     assert result.replayed == REPRODUCED
+
+
+def test_ctrl_c_is_interrupted_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT amid the examples: INTERRUPTED (exit 130), a report, and nothing of the run left: no sandbox under its
+    TMPDIR, no process whose command line names it."""
+    import shutil
+    import signal
+    import tempfile
+
+    out = tmp_path / "report"
+    scratch = Path(tempfile.mkdtemp(prefix="fx-", dir="/tmp"))  # short: sandbox socket paths have a length limit
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR", "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "explore", "--budget", "5m", "--seed", "3",
+                             "--out", str(out), "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # an example has ended: the next one's node is being made and run
+            seen.append(line)
+            if line.startswith("example "):
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, "".join(seen) + rest
+        assert "INTERRUPTED" in (out / "summary.md").read_text()
+        assert not list(scratch.iterdir()), f"left in TMPDIR: {list(scratch.iterdir())}"
+        mine = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(scratch).encode() in cmdline.read_bytes():
+                    mine.append(cmdline.parent.name)
+            except OSError:
+                continue
+        assert not mine, f"processes of the run outlived it: {mine}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
