@@ -842,6 +842,30 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    """`fakelet explore`: flags checked before anything starts, the report staged and swapped in as `run`'s."""
+    options = explorecli.options_of(args)
+    check_one_subject(args)
+    out = check_out(args.out)
+    run = build_run(args, args.subject, str(out))
+    explorecli.check_rules(run, options)
+    reap_dead_runs()
+    stage = staging_dir(out)
+    try:
+        result = explorecli.run_explore(dataclasses.replace(run, out=stage), options, stage, out)
+        with _stop.shielded():
+            write_all(result.report, stage)
+            swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    print_report(result.report)
+    explorecli.print_result(result, options.budget_s, stage, out)
+    if result.interrupted:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[result.report.status()]
+
+
 def cmd_checks() -> int:
     for kind, package in SUITES.items():
         for check_id, (level, title) in catalog(package).items():
@@ -882,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fidelity":
             return cmd_fidelity(args)
         if args.command == "explore":
-            return explorecli.cmd_explore(args)
+            return cmd_explore(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
         return cmd_run(args)

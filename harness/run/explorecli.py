@@ -1,18 +1,22 @@
 """`fakelet explore`: its flags, and the run from flags to the report directory.
 
-The exploration itself is harness/explore; this only checks the flags (every bad one is one line
-and exit 2 before anything starts), writes the reports as `fakelet run` does (staged beside
-`--out`, swapped in whole) and prints what was found, with its shrunk sequence as a timeline.
+The exploration itself is harness/explore; this only reads and checks the flags (every bad one is
+one line and exit 2 before anything starts) and prints what was found, with its shrunk sequence as
+a timeline. commands.py writes the reports as `fakelet run` does (staged beside `--out`, swapped in
+whole).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
-import shutil
-import sys
+from pathlib import Path
 from typing import Any
+
+from harness.config.runconfig import RunConfig
+from harness.explore import repro
+from harness.explore.explorer import DEFAULT_MAX_STEPS, Options, Result, explore
+from harness.explore.rules import RULES, applicable, context_of
 
 MAX_BUDGET_S = 24 * 3600.0  # a day: longer is a soak, run it again with another seed
 MAX_STEPS = 50  # rules per example: past this a finding shrinks for longer than it searched
@@ -38,9 +42,6 @@ def rule_names(values: list[str]) -> tuple[str, ...] | None:
 
 
 def add_parser(sub: Any, subject_flags: Any, one_off_flags: Any, world_flags: Any) -> None:
-    from harness.explore.explorer import DEFAULT_MAX_STEPS
-    from harness.explore.rules import RULES
-
     p = sub.add_parser("explore", help="search for orders of faults that break the subject (hypothesis stateful "
                                        "testing); each finding is shrunk into a scenario file")
     subject_flags(p, many=False)
@@ -59,45 +60,34 @@ def add_parser(sub: Any, subject_flags: Any, one_off_flags: Any, world_flags: An
     p.add_argument("--out", default="fakelet-explore", help="report directory (default ./fakelet-explore)")
 
 
-def cmd_explore(args: argparse.Namespace) -> int:
-    from harness.explore.explorer import Options, explore
-    from harness.explore.rules import applicable, context_of
+def options_of(args: argparse.Namespace) -> Options:
+    """The exploration the flags ask for; a bad flag is one ValueError line (commands.py prints it)."""
     from harness.instruments.userinput import check_number
-    from harness.run import commands as c
-    from reports.model import EXIT_CODES
-    from reports.writers import write_all
 
     budget = budget_s(args.budget)
     check_number("--max-steps", args.max_steps, 1, MAX_STEPS, integer=True)
-    c.check_one_subject(args)
-    out = c.check_out(args.out)
-    run = c.build_run(args, args.subject, str(out))
-    options = Options(budget, args.seed, args.max_steps, rule_names(args.rules), args.verbose)
-    applicable(context_of(run.spec), options.rules)  # a bad --rules before anything starts
-    c.reap_dead_runs()
-    stage = c.staging_dir(out)
-    try:
-        result = explore(dataclasses.replace(run, out=stage), options, stage, lambda line: print(line, flush=True),
-                         shown=out)
-        with c._stop.shielded():
-            write_all(result.report, stage)
-            c.swap_in(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    return Options(budget, args.seed, args.max_steps, rule_names(args.rules), args.verbose)
+
+
+def check_rules(run: RunConfig, options: Options) -> None:
+    """A --rules name that is unknown or not for this subject, before anything starts."""
+    applicable(context_of(run.spec), options.rules)
+
+
+def run_explore(run: RunConfig, options: Options, stage: Path, out: Path) -> Result:
+    """The exploration with its progress on stdout; its repro files in `stage`, named as they will be in `out`."""
+    return explore(run, options, stage, lambda line: print(line, flush=True), shown=out)
+
+
+def print_result(result: Result, budget: float, stage: Path, out: Path) -> None:
+    """What was explored and found, the shrunk sequence as a timeline (after the report's own lines)."""
     report = result.report
-    c.print_report(report)
     facts = report.facts.get("explore", {})
     print(f"\nexplored: {facts.get('examples', 0)} example(s), {facts.get('steps', 0)} steps, "
           f"{facts.get('steps_per_s', 0):g} steps/s, {report.duration_s:.0f}s of a {budget:g}s budget")
     if result.finding is not None:
-        from harness.explore import repro
-
         print(f"finding: {result.finding.invariant}, found after {facts.get('time_to_find_s', 0):.0f}s, shrunk from "
               f"{result.first_steps} to {len(result.finding.steps)} steps; replay: {facts.get('replay')}")
         print("\n".join(repro.timeline(result.finding)))
         if result.repro is not None:
             print(f"repro: {out / result.repro.relative_to(stage)}")
-    if result.interrupted:
-        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
-    print(f"\nreports: {out}/")
-    return EXIT_CODES[report.status()]
