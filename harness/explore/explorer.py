@@ -24,13 +24,12 @@ from harness.config.runconfig import RunConfig
 from harness.explore import repro
 from harness.explore.machine import Finding, InvariantBroken, Session, machine_for
 from harness.explore.model import INVARIANTS
-from harness.explore.rules import applicable, context_of
+from harness.explore.rules import DEFAULT_MAX_STEPS, applicable, context_of
 from harness.scenarios import runner
 from harness.scenarios.schema import REPRODUCED, load
 from reports.model import ERROR, FAIL, NOT_EXERCISED, PASS, SKIP, CheckResult, SubjectReport
 
 MAX_EXAMPLES = 100_000  # never the limit: the budget is
-DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
 LEVEL = "MUST"  # an invariant is what upstream kubelet behaviour depends on
 
 

@@ -27,6 +27,7 @@ OUTAGES_S = (1, 8)
 # APPLICATION_XIDS), so a correct plugin keeps the GPU healthy after it.
 CRITICAL_XID, APPLICATION_XID = 79, 13
 UNDO_WEIGHT = 4
+DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
 THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
 
 

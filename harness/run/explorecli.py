@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.config.runconfig import RunConfig
-from harness.explore import repro
-from harness.explore.explorer import DEFAULT_MAX_STEPS, Options, Result, explore
-from harness.explore.rules import RULES, applicable, context_of
+from harness.explore.rules import DEFAULT_MAX_STEPS, RULES, applicable, context_of
+
+if TYPE_CHECKING:  # hypothesis and the engine load when an exploration runs, not with every fakelet command
+    from harness.config.runconfig import RunConfig
+    from harness.explore.explorer import Options, Result
 
 MAX_BUDGET_S = 24 * 3600.0  # a day: longer is a soak, run it again with another seed
 MAX_STEPS = 50  # rules per example: past this a finding shrinks for longer than it searched
@@ -62,6 +63,7 @@ def add_parser(sub: Any, subject_flags: Any, one_off_flags: Any, world_flags: An
 
 def options_of(args: argparse.Namespace) -> Options:
     """The exploration the flags ask for; a bad flag is one ValueError line (commands.py prints it)."""
+    from harness.explore.explorer import Options
     from harness.instruments.userinput import check_number
 
     budget = budget_s(args.budget)
@@ -76,11 +78,15 @@ def check_rules(run: RunConfig, options: Options) -> None:
 
 def run_explore(run: RunConfig, options: Options, stage: Path, out: Path) -> Result:
     """The exploration with its progress on stdout; its repro files in `stage`, named as they will be in `out`."""
+    from harness.explore.explorer import explore
+
     return explore(run, options, stage, lambda line: print(line, flush=True), shown=out)
 
 
 def print_result(result: Result, budget: float, stage: Path, out: Path) -> None:
     """What was explored and found, the shrunk sequence as a timeline (after the report's own lines)."""
+    from harness.explore import repro
+
     report = result.report
     facts = report.facts.get("explore", {})
     print(f"\nexplored: {facts.get('examples', 0)} example(s), {facts.get('steps', 0)} steps, "
