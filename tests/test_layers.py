@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # fake hardware beside harness/: subject profiles materialize it, and it records on the timeline.
 LAYERS = (
     "harness.run",
+    "harness.explore",
     "harness.scenarios",
     "harness.config",
     "harness.world",

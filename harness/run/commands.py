@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, fidelity, matrix, provenance, scenariocli, shards
+from harness.run import certify, explorecli, fidelity, matrix, provenance, scenariocli, shards
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -276,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("subjects", help="list the known subjects and their defects")
     sub.add_parser("checks", help="list the conformance checks")
     certify.add_parsers(sub)
+    explorecli.add_parser(sub, _add_subject_flags, _add_one_off_flags, _add_world_flags)
     return parser
 
 
@@ -953,6 +954,30 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return EXIT_CODES[run_status([r for _, r in done])] if done else EXIT_OK
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    """`fakelet explore`: flags checked before anything starts, the report staged and swapped in as `run`'s."""
+    options = explorecli.options_of(args)
+    check_one_subject(args)
+    out = check_out(args.out)
+    run = build_run(args, args.subject, str(out))
+    explorecli.check_rules(run, options)
+    reap_dead_runs()
+    stage = staging_dir(out)
+    try:
+        result = explorecli.run_explore(dataclasses.replace(run, out=stage), options, stage, out)
+        with _stop.shielded():
+            write_all(result.report, stage)
+            swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    print_report(result.report)
+    explorecli.print_result(result, options.budget_s, stage, out)
+    if result.interrupted:
+        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+    print(f"\nreports: {out}/")
+    return EXIT_CODES[result.report.status()]
+
+
 def cmd_checks() -> int:
     suites = [(kind, package) for kind, package in SUITES.items()]
     suites += [(f"{kind} ({name})", package) for name, (kind, package) in NAMED_SUITES.items()]
@@ -998,6 +1023,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "matrix":
             return cmd_matrix(args)
+        if args.command == "explore":
+            return cmd_explore(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
         return cmd_run(args)

@@ -1,0 +1,236 @@
+"""The explorer's rules: each a fault or action fakelet already has, as the scenario steps that carry it out.
+
+A rule says when it can run (its model precondition, and what the subject must observe for it to
+mean anything), which steps it is (scenario vocabulary, harness/scenarios/vocabulary.py: the
+engine carries them out, so a shrunk sequence is a scenario file as it stands), and how it moves
+the model. Choices inside a rule (which device, how long an outage) are drawn through `Draw`, so
+hypothesis generates and shrinks them with the sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from harness.explore.model import DP, DRA, MAX_PODS, POD_DEVICES, Model, Pod
+
+T = TypeVar("T")
+Draw = Callable[[Sequence[T]], T]  # picks one of the candidates (hypothesis: sampled_from, shrinking to the first)
+Steps = list[dict[str, Any]]
+
+# Outages the kubelet-outage rule holds the kubelet down for: one under the bounded-retry mutant's 2 s
+# (harness/reference/device_plugin.py BOUNDED_RETRY_S) and one well past it; neither is a sync point.
+OUTAGES_S = (1, 8)
+# XIDs the device-xid rule raises: 79 (GPU fallen off the bus) is critical; 13 (graphics engine exception) is
+# an application XID that NVIDIA's device plugin ignores by default (harness/reference/nvml_source.py
+# APPLICATION_XIDS), so a correct plugin keeps the GPU healthy after it.
+CRITICAL_XID, APPLICATION_XID = 79, 13
+UNDO_WEIGHT = 4
+DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
+THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules need to know of the subject: its kind, what it observes, its thermal limit."""
+
+    kind: str
+    observes: frozenset[str]  # health, temperature, hotplug; nvml when the skin offers NVML
+    thermal: tuple[float, float]  # (threshold, hysteresis) in degrees C, from the subject profile
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    what: str
+    kinds: tuple[str, ...]
+    needs: str | None  # a capability of Context.observes, or None
+    enabled: Callable[[Model], bool]
+    act: Callable[[Model, Context, Draw[Any]], Steps]  # the steps; moves the model
+    undoes: bool = False  # ends a fault (recover, cool, plug, start): drawn more often while it can run
+
+    def weight(self) -> int:
+        """How many times it is among the candidates: a fault and its end in one example (fail, then recover
+        with the plugin up) is where plugins break, and with every rule drawn alike it came too rarely."""
+        return UNDO_WEIGHT if self.undoes else 1
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.kind in self.kinds and (self.needs is None or self.needs in ctx.observes)
+
+
+def _ref(i: int) -> str:
+    return f"@{i}"
+
+
+def _pick(draw: Draw[int], model: Model, keep: Callable[[Any], bool]) -> int:
+    return draw([i for i, d in enumerate(model.devices) if keep(d)])
+
+
+# -- kubelet ------------------------------------------------------------------------------------------------
+
+
+def _kubelet_restart(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    return [{"kubelet": "restart"}]
+
+
+def _kubelet_stop(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    model.kubelet_up = False
+    return [{"kubelet": "stop"}]
+
+
+def _kubelet_start(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    model.kubelet_up = True
+    return [{"kubelet": "start"}]
+
+
+def _kubelet_outage(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    return [{"kubelet": "stop"}, {"hold": f"{draw(OUTAGES_S)}s"}, {"kubelet": "start"}]
+
+
+# -- plugin -------------------------------------------------------------------------------------------------
+
+
+def _plugin(op: str, up: bool) -> Callable[[Model, Context, Draw[Any]], Steps]:
+    def act(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+        model.plugin_up = up
+        return [{"plugin": op}]
+
+    return act
+
+
+# -- devices ------------------------------------------------------------------------------------------------
+
+
+def _fail(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.present and not d.failed)
+    model.devices[i].failed, model.devices[i].xid = True, False
+    return [{"device": {"fail": _ref(i)}}]
+
+
+def _recover(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.failed)
+    model.devices[i].failed, model.devices[i].xid = False, False
+    return [{"device": {"recover": _ref(i)}}]
+
+
+def _heat(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.present and not d.hot)
+    model.devices[i].hot = True
+    return [{"device": {"heat": _ref(i), "to": ctx.thermal[0] + THERMAL_MARGIN_C}}]
+
+
+def _cool(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.hot)
+    model.devices[i].hot = False
+    return [{"device": {"cool": _ref(i), "to": ctx.thermal[0] - ctx.thermal[1] - THERMAL_MARGIN_C}}]
+
+
+def _unplug(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.present)
+    model.devices[i].present = False
+    return [{"device": {"unplug": _ref(i)}}]
+
+
+def _plug(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: not d.present)
+    model.devices[i].present = True
+    return [{"device": {"plug": _ref(i)}}]
+
+
+def _xid(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    i = _pick(draw, model, lambda d: d.present)
+    code = draw((APPLICATION_XID, CRITICAL_XID))
+    if code == CRITICAL_XID:
+        model.devices[i].xid = True
+    return [{"device": {"xid": _ref(i), "code": code}}]
+
+
+# -- pods and claims ----------------------------------------------------------------------------------------
+
+
+def _pod_admitted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # Judged only when it must run: the plugin up and a free healthy device whichever devices the kubelet chose.
+    runs = model.plugin_up and model.free_healthy() >= POD_DEVICES and not any(d.xid for d in model.devices)
+    name = model.new_pod_name()
+
+    model.pods[name] = Pod(name, POD_DEVICES, runs)
+    return [{"pod": {"create": name, "devices": POD_DEVICES}}]
+
+
+def _pod_deleted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    name = draw([p.name for p in model.live_pods()])
+    pod = model.pods[name]
+    if ctx.kind == DRA and pod.running:
+        pod.deleted = True  # its claims were prepared: they must be unprepared (EXP-DRA-UNPREPARED)
+    else:
+        del model.pods[name]
+    return [{"pod": {"delete": name}}]
+
+
+def _can_delete(model: Model) -> bool:
+    # A DRA pod's deletion waits for the kubelet to unprepare its claims: that needs the kubelet and the driver.
+    return bool(model.live_pods()) and model.kubelet_up and (model.kind == DP or model.plugin_up)
+
+
+RULES: dict[str, Rule] = {r.name: r for r in (
+    Rule("kubelet-restart", "the kubelet restarts and deletes the plugin sockets", (DP, DRA), None,
+         lambda m: m.kubelet_up, _kubelet_restart),
+    Rule("kubelet-stop", "the kubelet stops (its sockets stay)", (DP, DRA), None,
+         lambda m: m.kubelet_up, _kubelet_stop),
+    Rule("kubelet-start", "the kubelet starts again (deleting the plugin sockets)", (DP, DRA), None,
+         lambda m: not m.kubelet_up, _kubelet_start, undoes=True),
+    Rule("kubelet-outage", "the kubelet is down for a while (1 s or 8 s), then starts", (DP, DRA), None,
+         lambda m: m.kubelet_up, _kubelet_outage),
+    Rule("plugin-kill", "the plugin is SIGKILLed and stays down", (DP, DRA), None,
+         lambda m: m.plugin_up, _plugin("kill", False)),
+    Rule("plugin-stop", "the plugin gets SIGTERM and stays down", (DP, DRA), None,
+         lambda m: m.plugin_up, _plugin("stop", False)),
+    Rule("plugin-start", "the plugin starts again (its DaemonSet pod)", (DP, DRA), None,
+         lambda m: not m.plugin_up, _plugin("start", True), undoes=True),
+    Rule("plugin-restart", "the plugin gets SIGTERM and starts again", (DP, DRA), None,
+         lambda m: m.plugin_up, _plugin("restart", True)),
+    Rule("plugin-crash", "the plugin is SIGKILLed and starts again", (DP, DRA), None,
+         lambda m: m.plugin_up, _plugin("crash", True)),
+    Rule("device-fail", "a device turns unhealthy", (DP, DRA), "health",
+         lambda m: any(d.present and not d.failed for d in m.devices), _fail),
+    Rule("device-recover", "a failed device turns healthy again", (DP, DRA), "health",
+         lambda m: any(d.failed for d in m.devices), _recover, undoes=True),
+    Rule("device-heat", "a device heats past the plugin's limit", (DP, DRA), "temperature",
+         lambda m: any(d.present and not d.hot for d in m.devices), _heat),
+    Rule("device-cool", "a hot device cools under the plugin's limit less its hysteresis", (DP, DRA), "temperature",
+         lambda m: any(d.hot for d in m.devices), _cool, undoes=True),
+    Rule("device-unplug", "a device is unplugged", (DP, DRA), "hotplug",
+         lambda m: sum(d.present for d in m.devices) > 1, _unplug),
+    Rule("device-plug", "an unplugged device is plugged in again", (DP, DRA), "hotplug",
+         lambda m: any(not d.present for d in m.devices), _plug, undoes=True),
+    Rule("device-xid", "an NVML XID event on a GPU: critical (79) or an application one (13)", (DP,), "nvml",
+         lambda m: any(d.present for d in m.devices), _xid),
+    Rule("pod-admitted", "a pod asking for one device is admitted (device plugins: Allocate; DRA: its claim "
+         "prepared)", (DP, DRA), None,
+         lambda m: m.kubelet_up and len(m.live_pods()) < MAX_PODS, _pod_admitted),
+    Rule("pod-deleted", "a pod is deleted (DRA: its claim unprepared)", (DP, DRA), None, _can_delete, _pod_deleted),
+)}
+
+
+def applicable(ctx: Context, chosen: Sequence[str] | None = None) -> list[Rule]:
+    """The rules that mean something for this subject, or the `chosen` ones (every name must exist and apply)."""
+    if chosen is None:
+        return [r for r in RULES.values() if r.applies(ctx)]
+    unknown = [n for n in chosen if n not in RULES]
+    if unknown:
+        raise ValueError(f"--rules: unknown rule(s) {', '.join(unknown)}; known: {', '.join(RULES)}")
+    idle = [n for n in chosen if not RULES[n].applies(ctx)]
+    if idle:
+        why = "; ".join(f"{n} needs a {'/'.join(RULES[n].kinds)} subject"
+                        + (f" that observes {RULES[n].needs}" if RULES[n].needs else "") for n in idle)
+        raise ValueError(f"--rules: not for this subject: {why}")
+    return [RULES[n] for n in dict.fromkeys(chosen)]
+
+
+def context_of(spec: Any) -> Context:
+    """The rules' view of a subject profile (harness/spec/subjects.py SubjectSpec)."""
+    observes = set(spec.observes) if spec.backend else set()
+    if spec.backend and spec.backend.get("skin") == "nvml":
+        observes.add("nvml")
+    return Context(DRA if spec.is_dra else DP, frozenset(observes), tuple(spec.thermal))  # type: ignore[arg-type]

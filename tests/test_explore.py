@@ -1,0 +1,241 @@
+"""`fakelet explore`: its flags, its model, and proof that it finds bugs and only bugs.
+
+The default run (tox -e py) takes a small sample, each under a minute: two reference mutants
+found with a fixed seed and replayed as reproduced, and the reference plugin with no finding.
+FAKELET_EXPLORE=full (tox -e explore) runs every mutant of the table in docs/explore.md with
+the whole rule set and the table's budget.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.config.runconfig import RunConfig
+from harness.explore import model, repro
+from harness.explore.explorer import Options, explore
+from harness.explore.machine import Finding
+from harness.explore.rules import RULES, applicable, context_of
+from harness.run.explorecli import budget_s, rule_names
+from harness.scenarios.schema import REPRODUCED, load
+from harness.spec.subjects import load_subject
+from reports.model import FAIL, NOT_EXERCISED, PASS
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL = os.environ.get("FAKELET_EXPLORE") == "full"
+# Mutants that never react are caught after the reaction bound, and shrinking replays each failing example: the
+# kill matrix's shortened bound (harness/spec/profiles.py with_reaction_bound) keeps a sample test under a minute.
+MUTANT_BOUND_S = 5.0
+
+
+# -- flags and model (no subject runs) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0)])
+def test_budget_durations(text: str, seconds: float) -> None:
+    assert budget_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "x", "10d", "0", "-5s", "25h"])
+def test_bad_budgets_are_one_line_errors(text: str) -> None:
+    with pytest.raises(ValueError, match="--budget"):
+        budget_s(text)
+
+
+def test_rule_names_split_and_keep_order() -> None:
+    assert rule_names([]) is None
+    assert rule_names(["kubelet-restart,device-fail", " plugin-kill "]) == ("kubelet-restart", "device-fail",
+                                                                           "plugin-kill")
+
+
+def test_rules_follow_what_the_subject_observes() -> None:
+    dp = context_of(load_subject("reference-dp"))
+    names = {r.name for r in applicable(dp)}
+    assert {"kubelet-restart", "device-fail", "device-heat", "device-unplug", "pod-admitted"} <= names
+    assert "device-xid" not in names  # the neutral skin has no NVML
+    nvml = context_of(load_subject("reference-nvml"))
+    assert "device-xid" in {r.name for r in applicable(nvml)}
+    with pytest.raises(ValueError, match="unknown rule"):
+        applicable(dp, ("kubelet-restart", "nope"))
+    with pytest.raises(ValueError, match="device-xid needs"):
+        applicable(dp, ("device-xid",))
+
+
+def test_model_holds_a_stopped_plugin_to_allocatable_zero_and_judges_nothing_without_a_kubelet() -> None:
+    m = model.Model(model.DP, [model.Device(), model.Device(failed=True), model.Device(hot=True)],
+                    kubelet_up=True, plugin_up=True)
+    got = dict(model.expectations(m))
+    assert got["EXP-DP-CAPACITY"] == {"capacity": 3}
+    assert got["EXP-DP-ALLOCATABLE"] == {"allocatable": 1}
+    m.plugin_up = False
+    assert model.expectations(m) == [("EXP-DP-STOPPED", {"allocatable": 0})]
+    m.kubelet_up = False
+    assert model.expectations(m) == []
+
+
+def test_two_pods_are_two_expect_steps() -> None:
+    m = model.Model(model.DP, [model.Device()] * 4, kubelet_up=True, plugin_up=True)
+    m.pods = {"a": model.Pod("a", 1, True), "b": model.Pod("b", 1, True)}
+    groups = model.split(model.expectations(m))
+    assert len(groups) == 2
+    assert all(len({k for _i, c in g for k in c}) == sum(len(c) for _i, c in g) for g in groups)
+
+
+def test_every_rule_speaks_the_scenario_vocabulary(tmp_path: Path) -> None:
+    """Whatever a rule emits, `fakelet scenario check` accepts: a shrunk sequence is a scenario file as it is."""
+    import random
+
+    ctx = context_of(load_subject("reference-nvml"))
+    rng = random.Random(7)
+    m = model.Model(model.DP, [model.Device() for _ in range(4)], kubelet_up=True, plugin_up=True)
+    steps: list[dict] = [{"kubelet": "start"}, {"plugin": "start"}]
+    for _ in range(200):
+        rule = rng.choice([r for r in applicable(ctx) if r.enabled(m)])
+        steps += rule.act(m, ctx, lambda options: rng.choice(list(options)))
+        steps += [{"expect": model.merged(g)} for g in model.split(model.expectations(m))]
+    finding = Finding("EXP-DP-ALLOCATABLE", "saw nothing", steps, ["x"] * len(steps), [], 1.0, 1.0)
+    run = RunConfig.build(subject="reference-nvml", seed=3)
+    path = repro.write(finding, run, 3, len(steps), tmp_path)
+    scenario = load(path)  # every problem is an error here
+    assert scenario.subject == "reference-nvml" and scenario.kind == "device-plugin"
+    assert [s.action for s in scenario.steps].count("expect") == 1 and scenario.steps[-1].action == "expect"
+    assert path.name.startswith("explore-") and set(RULES) >= {"device-xid"}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
+    return subprocess.run([sys.executable, "-m", "harness.run.cli", "explore", *args], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=ROOT)
+
+
+# Each costs an interpreter's start and fakelet's imports (seconds on a loaded runner): two, one per kind of check
+# (a flag's own, and one that needs the subject); the rest of the validation is tested in-process above.
+@pytest.mark.parametrize("args", [["--budget", "soon"], ["--rules", "device-xid"]])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    done = _cli(*args, "--out", str(out))
+    assert done.returncode == 2, done
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("fakelet: error:")
+    assert not out.exists() and not list(tmp_path.glob(".fakelet-*"))  # nothing made, nothing left
+
+
+# -- proof: it finds bugs, and only bugs -----------------------------------------------------------------------
+
+
+def _explore(tmp_path: Path, subject: str, defect: str | None, budget: float, seed: int,
+             rules: tuple[str, ...] | None, bound: float | None, max_steps: int = 6):
+    run = RunConfig.build(subject=subject, defect=defect, profile="fast", seed=seed, reaction_bound=bound,
+                          out=str(tmp_path))
+    began = time.monotonic()
+    result = explore(run, Options(budget, seed, max_steps, rules), tmp_path, lambda line: None)
+    return result, time.monotonic() - began
+
+
+# (subject, defect, rules, budget s): the sample CI runs. Rules narrowed to the faults the defect is about keep
+# each under a minute; the full table (FAKELET_EXPLORE=full) gives every mutant every rule.
+SAMPLE = [
+    ("reference-dp", "no-reregister", ("kubelet-restart", "plugin-restart", "device-fail", "pod-admitted"), 45),
+    ("reference-dp", "stuck-unhealthy", ("device-fail", "device-recover", "plugin-crash", "pod-admitted"), 45),
+]
+
+
+@pytest.mark.parametrize(("subject", "defect", "rules", "budget"), SAMPLE, ids=[s[1] for s in SAMPLE])
+def test_explore_finds_the_mutant_and_the_repro_replays(tmp_path: Path, subject: str, defect: str,
+                                                        rules: tuple[str, ...], budget: float) -> None:
+    result, took = _explore(tmp_path, subject, defect, budget, 1, rules, MUTANT_BOUND_S)
+    assert took <= budget + 15, f"the budget bounds the run: {took:.0f}s for {budget}s"
+    assert result.finding is not None, result.report.facts
+    assert result.replayed == REPRODUCED
+    failed = [c for c in result.report.checks if c.verdict == FAIL]
+    assert [c.id for c in failed] == [result.finding.invariant]
+    assert failed[0].repro.startswith("fakelet scenario run --file ") and "--reaction-bound 5" in failed[0].repro
+    assert result.repro is not None and load(result.repro).defect == defect
+    doc = yaml.safe_load(result.repro.read_text())
+    assert "expect" in doc["steps"][-1] and not any("expect" in s for s in doc["steps"][:-1])
+
+
+def test_the_reference_plugin_gives_no_finding(tmp_path: Path) -> None:
+    """Every rule, the kubelet's own bounds: nothing to find in the reference plugin."""
+    result, took = _explore(tmp_path, "reference-dp", None, 45, 2, None, None)
+    assert result.finding is None, result.report.checks
+    facts = result.report.facts["explore"]
+    assert facts["examples"] >= 1 and facts["steps"] > 0 and "error" not in facts
+    verdicts = {c.id: c.verdict for c in result.report.checks}
+    assert set(verdicts.values()) <= {PASS, NOT_EXERCISED} and PASS in verdicts.values()
+    assert took <= 45 + 30  # the budget, and the teardown of the example it ended in
+
+
+# -- the full table (FAKELET_EXPLORE=full, tox -e explore): docs/explore.md --------------------------------------
+
+# (subject, defect, rules or None for every rule, budget s, found?): mutants whose defect an invariant can see, with
+# every rule the subject observes; benign behaviours under the kubelet's own bounds. What no invariant sees (the
+# content of an Allocate answer, NUMA, ...) is the checks' job and is listed in docs/explore.md as not found.
+TABLE = [
+    *[("reference-dp", d, None, 150, True) for d in (
+        "no-reregister", "stuck-unhealthy", "no-hotplug", "ignore-temperature", "missing-device", "close-stream",
+        "partial-list", "slow-health", "wrong-version", "no-socket-recreate", "stale-socket-crash")],
+    *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists", None)],
+    ("reference-dra", "forgets-after-restart", ("pod-admitted", "plugin-restart", "pod-deleted"), 150, True),
+    ("reference-dra", None, None, 150, False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="the full explore table: FAKELET_EXPLORE=full (tox -e explore)")
+@pytest.mark.parametrize(("subject", "defect", "rules", "budget", "found"), TABLE,
+                         ids=[f"{s}-{d or 'reference'}" for s, d, *_ in TABLE])
+def test_explore_table(tmp_path: Path, subject: str, defect: str | None, rules: tuple[str, ...] | None,
+                       budget: float, found: bool) -> None:
+    result, took = _explore(tmp_path, subject, defect, budget, 1, rules, MUTANT_BOUND_S if found else None, 8)
+    assert took <= budget + 30
+    if not found:
+        assert result.finding is None, result.report.checks
+        return
+    assert result.finding is not None, result.report.facts
+    assert result.replayed == REPRODUCED
+
+
+def test_ctrl_c_is_interrupted_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT amid the examples: INTERRUPTED (exit 130), a report, and nothing of the run left: no sandbox under its
+    TMPDIR, no process whose command line names it."""
+    import shutil
+    import signal
+    import tempfile
+
+    out = tmp_path / "report"
+    scratch = Path(tempfile.mkdtemp(prefix="fx-", dir="/tmp"))  # short: sandbox socket paths have a length limit
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR", "TMPDIR": str(scratch)}
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "explore", "--budget", "5m", "--seed", "3",
+                             "--out", str(out), "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # an example has ended: the next one's node is being made and run
+            seen.append(line)
+            if line.startswith("example "):
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, "".join(seen) + rest
+        assert "INTERRUPTED" in (out / "summary.md").read_text()
+        assert not list(scratch.iterdir()), f"left in TMPDIR: {list(scratch.iterdir())}"
+        mine = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if str(scratch).encode() in cmdline.read_bytes():
+                    mine.append(cmdline.parent.name)
+            except OSError:
+                continue
+        assert not mine, f"processes of the run outlived it: {mine}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
