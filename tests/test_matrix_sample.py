@@ -27,3 +27,33 @@ def test_full_means_every_case(monkeypatch: pytest.MonkeyPatch) -> None:
     assert matrix_sample.full()
     monkeypatch.setenv(matrix_sample.FULL_ENV, "")
     assert not matrix_sample.full()
+
+
+def test_a_scenario_is_touched_by_its_file_or_its_defects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matrix_sample, "changed", lambda: ('"no-reregister": Defect(kills=["DP-RST-02"])', frozenset()))
+    monkeypatch.setattr(matrix_sample, "changed_files",
+                        lambda: frozenset({"fixtures/scenarios/dp-checkpoint-lost-reboot.yaml"}))
+    assert matrix_sample.scenario_touched("dp-checkpoint-lost-reboot", [None])
+    assert matrix_sample.scenario_touched("dp-not-reregistered-after-kubelet-restart", [None, "no-reregister"])
+    assert not matrix_sample.scenario_touched("dra-getinfo-past-one-second", [None, "slow-getinfo"])
+
+
+def test_the_base_is_given_or_a_branchs_fork_or_the_last_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix_sample.base.cache_clear()
+    monkeypatch.setenv(matrix_sample.BASE_ENV, "abc123")
+    assert matrix_sample.base() == "abc123"
+    matrix_sample.base.cache_clear()
+    monkeypatch.delenv(matrix_sample.BASE_ENV)
+    answers = {("rev-parse", "--verify", "--quiet", "HEAD^{commit}"): "head\n",
+               ("rev-parse", "--verify", "--quiet", "origin/main^{commit}"): "main\n",
+               ("merge-base", "HEAD", "origin/main"): "fork\n",
+               ("rev-parse", "--verify", "--quiet", "HEAD~1^{commit}"): "parent\n"}
+    monkeypatch.setattr(matrix_sample, "_git", lambda *args: answers.get(args, ""))
+    assert matrix_sample.base() == "fork"  # a branch: every commit it adds to origin/main
+    matrix_sample.base.cache_clear()
+    answers[("merge-base", "HEAD", "origin/main")] = "head\n"
+    assert matrix_sample.base() == "HEAD~1"  # main itself (CI's fresh clone): the last commit
+    matrix_sample.base.cache_clear()
+    del answers[("rev-parse", "--verify", "--quiet", "HEAD~1^{commit}")]
+    assert matrix_sample.base() is None  # a root commit: the sample alone
+    matrix_sample.base.cache_clear()
