@@ -84,6 +84,18 @@ def test_auto_jobs(times: list[float], jobs: int, monkeypatch: pytest.MonkeyPatc
     assert scheduler.auto_jobs(times) == jobs
 
 
+def test_a_run_never_timed_gets_a_worker_per_check(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler.os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("FAKELET_CACHE", str(tmp_path))
+    assert scheduler.auto_jobs([2.0] * 38, known=False) == 16
+    assert scheduler.auto_jobs([2.0] * 3, known=False) == 3
+    assert scheduler.timed_before(scheduler.run_key("reference-dp", None, "fast"))  # the seed's subject
+    never = scheduler.run_key("my-plugin", None, "fast")
+    assert not scheduler.timed_before(never)
+    scheduler.learn(never, {"DP-REG-01": 31.0})
+    assert scheduler.timed_before(never)
+
+
 def test_learned_durations_come_first(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKELET_CACHE", str(tmp_path))
     key = scheduler.run_key("reference-dp", "allocate-hang", "fast")

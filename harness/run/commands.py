@@ -279,8 +279,9 @@ def jobs_for(args: argparse.Namespace, run: RunConfig) -> int:
     if args.jobs is not AUTO_JOBS:
         return int(args.jobs)
     selected = run.checks or list(catalog(SUITES[run.spec.kind]))
-    estimate = scheduler.estimates_for(scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run)))
-    return scheduler.auto_jobs(estimate(c) for c in selected)
+    key = scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run))
+    estimate = scheduler.estimates_for(key)
+    return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key))
 
 
 def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:

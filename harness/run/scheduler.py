@@ -71,13 +71,25 @@ def _read_learned() -> dict[str, dict[str, float]]:
     return data if isinstance(data, dict) else {}
 
 
-def seed_estimates() -> dict[str, float]:
-    """Seconds per check ID on the reference subjects (fixtures/check-durations.yaml)."""
+def _seed() -> dict[str, Any]:
     try:
         data = yaml.safe_load((fixtures_dir() / SEED_FILE).read_text()) or {}
     except (OSError, yaml.YAMLError):
         return {}
-    return {str(k): float(v) for k, v in (data.get("seconds") or {}).items()}
+    return data if isinstance(data, dict) else {}
+
+
+def seed_estimates() -> dict[str, float]:
+    """Seconds per check ID on the reference subjects (fixtures/check-durations.yaml)."""
+    return {str(k): float(v) for k, v in (_seed().get("seconds") or {}).items()}
+
+
+def timed_before(key: str) -> bool:
+    """Whether this run's durations are known: learned for it, or a reference subject's own clean run (seed)."""
+    subject, defect, _timing = key.split("/", 2)
+    if key in _read_learned():
+        return True
+    return not defect and subject in (_seed().get("measured_on") or [])
 
 
 def estimates_for(key: str) -> Callable[[str], float]:
@@ -116,16 +128,20 @@ def learn(key: str, durations: dict[str, float]) -> None:
         os.replace(tmp, path)
 
 
-def auto_jobs(expected: Iterable[float]) -> int:
+def auto_jobs(expected: Iterable[float], known: bool = True) -> int:
     """Workers for these checks: the longest alone on one, the others packed into its time on the rest.
 
     With LPT order that ends the run about when its longest check ends, which is the best any count can do;
     more workers would only cost their start-up. A run of checks that each wait a whole bound (a plugin that
-    hangs) gets one worker per check, up to max_jobs(): waiting costs no CPU.
+    hangs) gets one worker per check, up to max_jobs(): waiting costs no CPU. So does a run never timed
+    (`known` false): any of its checks may wait a whole bound, and a worker too many costs about 2 s of CPU
+    where a worker too few costs a bound per check.
     """
     times = sorted(expected, reverse=True)
     if not times:
         return 1
+    if not known:
+        return max(1, min(len(times), max_jobs()))
     longest = max(times[0], 1e-3)
     others = math.ceil(sum(times[1:]) / longest)
     return max(1, min(len(times), 1 + others, max_jobs()))
