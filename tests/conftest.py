@@ -92,8 +92,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module == "test_kill_matrix" and (behaviour := params.get("defect") or params.get("behaviour")):
             subject = params["subject"]
             case = item.module.SPECS[subject].defects[behaviour]
-            wanted = matrix_sample.in_sample(subject, behaviour) or \
-                matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
+            sampled = matrix_sample.in_sample(subject, behaviour, matrix_sample.BENIGN_SAMPLE_ONE_IN) \
+                if not case.kills else (subject, behaviour) in _covering(item.module.SPECS)
+            wanted = sampled or matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
         elif module == "test_scenarios" and item.originalname == SAMPLED_SCENARIO_TEST:
             name = params["name"]
             defects = [c.defect for n, c in item.module.FAKE_CASES if n == name]
@@ -116,6 +117,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for line in SAMPLE_NOTE:
         terminalreporter.write_line(line)
+
+
+_COVERING: list[frozenset[tuple[str, str]]] = []
+
+
+def _covering(specs: dict[str, Any]) -> frozenset[tuple[str, str]]:
+    """The kill matrix's mutants in the sample: the hash sample, and one that must fail each check."""
+    import matrix_sample
+
+    if not _COVERING:
+        _COVERING.append(matrix_sample.covering((s, d, c.kills) for s, spec in specs.items()
+                                                for d, c in spec.defects.items()))
+    return _COVERING[0]
 
 
 @functools.cache
