@@ -89,11 +89,12 @@ def test_a_run_never_timed_gets_a_worker_per_check(tmp_path, monkeypatch: pytest
     monkeypatch.setenv("FAKELET_CACHE", str(tmp_path))
     assert scheduler.auto_jobs([2.0] * 38, known=False) == 16
     assert scheduler.auto_jobs([2.0] * 3, known=False) == 3
-    assert scheduler.timed_before(scheduler.run_key("reference-dp", None, "fast"))  # the seed's subject
+    assert scheduler.timed_before(scheduler.run_key("reference-dp", None, "fast"), ["DP-RST-04"])  # the seed's
     never = scheduler.run_key("my-plugin", None, "fast")
-    assert not scheduler.timed_before(never)
+    assert not scheduler.timed_before(never, ["DP-REG-01"])
     scheduler.learn(never, {"DP-REG-01": 31.0})
-    assert scheduler.timed_before(never)
+    assert scheduler.timed_before(never, ["DP-REG-01"])
+    assert not scheduler.timed_before(never, ["DP-REG-01", "DP-REG-02"])  # one check timed says nothing of another
 
 
 def test_learned_durations_come_first(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

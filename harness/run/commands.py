@@ -281,7 +281,7 @@ def jobs_for(args: argparse.Namespace, run: RunConfig) -> int:
     selected = run.checks or list(catalog(SUITES[run.spec.kind]))
     key = scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run))
     estimate = scheduler.estimates_for(key)
-    return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key))
+    return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key, selected))
 
 
 def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:

@@ -84,12 +84,13 @@ def seed_estimates() -> dict[str, float]:
     return {str(k): float(v) for k, v in (_seed().get("seconds") or {}).items()}
 
 
-def timed_before(key: str) -> bool:
-    """Whether this run's durations are known: learned for it, or a reference subject's own clean run (seed)."""
+def timed_before(key: str, checks: Iterable[str]) -> bool:
+    """Whether each of these checks was timed for this run: learned for it, or a reference subject's own clean
+    run (the seed). One check timed says nothing of the others."""
     subject, defect, _timing = key.split("/", 2)
-    if key in _read_learned():
-        return True
-    return not defect and subject in (_seed().get("measured_on") or [])
+    learned = _read_learned().get(key, {})
+    seeded = seed_estimates() if not defect and subject in (_seed().get("measured_on") or []) else {}
+    return all(c in learned or c in seeded for c in checks)
 
 
 def estimates_for(key: str) -> Callable[[str], float]:
