@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ("DP-REG-01", "DP-ALC-01", "DP-RST-01")  # plugin up, a pod admitted, a kubelet restart
 RUN_TIMEOUT_S = 180.0  # one run; a hung run is a result, not a hung benchmark
-STOP_BOUND_S = 30.0  # SIGINT/SIGTERM: the README promises "within seconds"; generous for a loaded machine
+STOP_BOUND_S = 30.0  # SIGINT/SIGTERM: docs/isolation.md promises "within seconds"; generous for a loaded machine
 KILL_AFTER_S = (0.3, 5.0)  # when to strike: from start-up to well into the checks
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 INTERRUPTED = 130

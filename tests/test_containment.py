@@ -20,8 +20,11 @@ from harness.launch.process import KILL_GRACE_S, LOG_CAP_BYTES, LaunchError, Pro
 
 WAIT_S = 10.0  # generous on 2 busy cores; every wait below returns as soon as its event comes
 
-# A child that idles; "stubborn" ones ignore SIGTERM.
-IDLE = "import signal, sys; sys.argv[1] == 'stubborn' and signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.pause()"
+# A child that idles; "stubborn" ones ignore SIGTERM. It writes one byte to its stdout once it runs: its parent
+# waits for that byte, because the exec that Popen waits for ends before the kernel shows the new command line in
+# /proc (the close-on-exec pipe closes first), and the tests find the children by their command lines.
+# Kept short: the detached-process finding quotes a command line up to a cap, and the marker must show in it.
+IDLE = "import os,signal as s,sys;sys.argv[1]=='stubborn'and s.signal(15,s.SIG_IGN);os.write(1,b'.');s.pause()"
 # One plugin, several bad habits. Readiness is a file created in its ready dir (watched
 # through inotify), so the tests wait on events, never on time.
 PLUGIN = f"""#!{sys.executable}
@@ -38,17 +41,21 @@ def ready():
 if mode == "daemon":
     # The wrapper-script habit: fork, setsid, exec the daemon, exit 0. The close-on-exec
     # pipe reports the exec, so the daemon has its command line when the wrapper exits.
+    # The daemon's stdout is a pipe: its first byte says it runs under its own command line.
     r, w = os.pipe()
     if os.fork() == 0:
         os.close(r)
         os.setsid()
+        os.dup2(w, 1)
         os.execv(sys.executable, [*IDLE, "plain", marker + "-daemon"])
     os.close(w)
     os.read(r, 1)
     sys.exit(0)
 if mode == "sessions":
-    for n in range(int(sys.argv[4])):
-        subprocess.Popen([*IDLE, "plain", f"{{marker}}-child-{{n}}"], start_new_session=True)
+    children = [subprocess.Popen([*IDLE, "plain", f"{{marker}}-child-{{n}}"], start_new_session=True,
+                                 stdout=subprocess.PIPE) for n in range(int(sys.argv[4]))]
+    for child in children:
+        child.stdout.read(1)
     ready()
     signal.pause()
 if mode == "stubborn":
@@ -57,8 +64,10 @@ if mode == "stubborn":
     signal.pause()
 if mode == "leaves-children":
     # Exits 7 on SIGTERM without a thought for its children, which ignore SIGTERM.
-    for n in range(2):
-        subprocess.Popen([*IDLE, "stubborn", f"{{marker}}-child-{{n}}"])
+    children = [subprocess.Popen([*IDLE, "stubborn", f"{{marker}}-child-{{n}}"], stdout=subprocess.PIPE)
+                for n in range(2)]
+    for child in children:
+        child.stdout.read(1)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(7))
     ready()
     signal.pause()
@@ -169,7 +178,7 @@ def test_a_daemonizing_wrapper_is_held_until_its_daemon_is_gone(plugin) -> None:
     main_exit = p.timeline.wait_for(lambda e: e.kind == "process.main_exit", WAIT_S, "the wrapper to exit")
     assert main_exit.get("returncode") == 0 and main_exit.get("pid") == p.launcher.pid
     detached = main_exit.get("detached")
-    assert len(detached) == 1 and detached[0]["cmd"].startswith(f"{sys.executable} -c import signal")
+    assert len(detached) == 1 and detached[0]["cmd"].startswith(f"{sys.executable} -c import os,signal")
     daemons = marker_pids(p.marker + "-daemon")
     assert daemons == [detached[0]["pid"]], "the detached list names the daemon by its host pid"
     # The daemon serves on: the subject has not exited, and the finding says what happened.

@@ -348,6 +348,35 @@ def test_kubelet_sock_outlives_stop_and_is_recreated(timeline, make_node, make_p
     assert event.get("capacity") == 3
 
 
+def test_a_register_accepted_just_before_a_stop_is_answered(timeline, make_node, make_plugin, monkeypatch):
+    """The answer leaves before the kubelet goes, as a Go kubelet's does: a loaded machine's grpc, slow to send
+    it, once made the upstream sample plugin panic on "Cancelling all calls" after its registration counted."""
+    import grpc._server as grpc_server
+    serialize = grpc_server._serialize_response
+
+    def slow(rpc_event, state, response, serializer):
+        if isinstance(response, dp.Empty):
+            threading.Event().wait(0.3)  # injected lag between the handler's return and the send, not a wait
+        return serialize(rpc_event, state, response, serializer)
+
+    monkeypatch.setattr(grpc_server, "_serialize_response", slow)
+    node = make_node()
+    make_plugin()
+    answer: queue.SimpleQueue = queue.SimpleQueue()
+
+    def call() -> None:
+        try:
+            register(node)
+            answer.put("OK")
+        except grpc.RpcError as err:
+            answer.put(f"{err.code().name}: {err.details()}")
+
+    threading.Thread(target=call, daemon=True).start()
+    timeline.wait_for(lambda e: e.kind == "kubelet.register" and e.get("accepted"), WAIT_S, "the registration")
+    node.stop_kubelet()
+    assert answer.get(timeout=WAIT_S) == "OK"
+
+
 # -- Register ----------------------------------------------------------------
 
 

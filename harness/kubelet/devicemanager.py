@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from harness.instruments.answers import Answers
 from harness.instruments.faults import FaultPlan
 from harness.instruments.grpcutil import SERVER_OPTIONS, over_kubelet_limit, status_of, unix_target
 from harness.instruments.interceptors import RecordingServerInterceptor, to_dict
@@ -140,6 +141,7 @@ class DeviceManager:
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()  # writes come from stream threads and admission
         self._register_calls = itertools.count(1)  # pairs a Register's arrival with its answer
+        self._answers = Answers()
         self._resources: dict[str, ResourceState] = {}
         self._entries: list[checkpoint.PodDeviceEntry] = []
         self._server: grpc.Server | None = None
@@ -178,6 +180,7 @@ class DeviceManager:
         if server is None:
             return
         self.faults.close()
+        self._answers.flush()  # a Register it accepted is answered before it goes, as a Go kubelet's is
         server.stop(grace=0).wait(5)
         with self._lock:
             endpoints = [e for r in self._resources.values() for e in (r.endpoint, *r.stale_endpoints)
@@ -251,6 +254,10 @@ class DeviceManager:
     # -- registration ------------------------------------------------------
 
     def register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
+        with self._answers.handling(context):
+            return self._register(request, context)
+
+    def _register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
         call = next(self._register_calls)
         size = over_kubelet_limit(request)
         if size is not None:

@@ -61,7 +61,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Known:
-    """A verdict difference the fake kubelet is known to have, and why (each one is in the README)."""
+    """A verdict difference the fake kubelet is known to have, and why (each one is in docs/real-kubelet.md)."""
 
     target: Target
     check: str

@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.answers import Answers
 from harness.instruments.dials import endpoint_ids, record_dial
 from harness.instruments.faults import FaultPlan
 from harness.instruments.filewatch import is_socket
@@ -110,6 +111,7 @@ class DevicePluginRelay:
         self._next_faults: FaultPlan | None = None
         self.faults = FaultPlan(timeline, "kubelet")
         self._calls = itertools.count(1)
+        self._answers = Answers()
         self._serial = itertools.count(1)
         self._closed = False
         self.mirror: DirMirror | None = None
@@ -163,6 +165,7 @@ class DevicePluginRelay:
             server, self._registration = self._registration, None
         self.faults.close()
         if server is not None:
+            self._answers.flush()
             server.stop(grace=0).wait(SERVER_STOP_S)
 
     # -- the two directories as one -------------------------------------------------------------------
@@ -259,8 +262,8 @@ class DevicePluginRelay:
         faults = self.faults
         channel = raw_channel(str(self.kubelet_dir / KUBELET_SOCKET))
         self._channels.append(channel)
-        server = raw_server(MethodTable([REGISTER], lambda m, raw, ctx: self._register(channel, faults, raw, ctx),
-                                        self._no_stream), "relay-reg")
+        server = raw_server(MethodTable([REGISTER], lambda m, raw, ctx: self._answers.call(
+            ctx, self._register, channel, faults, raw, ctx), self._no_stream), "relay-reg")
         private = self.state_dir / f"kubelet-{next(self._serial)}.sock"
         server.add_insecure_port(f"unix://{private}")
         server.start()
@@ -272,6 +275,7 @@ class DevicePluginRelay:
         server, self._registration = self._registration, None
         if server is not None:
             self._retired.append(server)
+            self._answers.flush()  # the kubelet's answers already relayed go out first, as the kubelet's did
             server.stop(grace=0)
         if unlink:
             self._unlink(PLUGIN, KUBELET_SOCKET)
