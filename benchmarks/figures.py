@@ -1,26 +1,42 @@
-"""The benchmarks' figures, in one committed file (benchmarks/figures.json) that the docs' performance page renders.
+"""Record a benchmark's figures in benchmarks/figures.yaml, the file the docs' benchmarks page renders.
 
-Each entry: the benchmark's name, its figure with unit, its goal, whether the figure meets it, the load average
-and usable CPUs it was measured at, the date (UTC) and a note. A benchmark that records replaces its own entry.
+One entry per benchmark id (tools/docgen/figures_page.py's schema: id, title, script, command, target, met,
+measured {machine, date, load}, figures [{what, value}], note); recording replaces the entry of the same id and
+keeps the file's header. Regenerate the page afterwards: python tools/gen_docs.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-FIGURES = Path(__file__).resolve().parent / "figures.json"
+import yaml
+
+FIGURES = Path(__file__).resolve().parent / "figures.yaml"
+SECTION = "benchmarks:"
 
 
-def record(name: str, figure: float, goal: float, unit: str, met: bool, note: str = "",
-           load: float | None = None, **extra: Any) -> None:
-    entries = json.loads(FIGURES.read_text()) if FIGURES.exists() else []
-    entry = {"name": name, "figure": round(figure, 3), "unit": unit, "goal": goal, "met": met,
-             "load_average": round(os.getloadavg()[0] if load is None else load, 2),
-             "cores": len(os.sched_getaffinity(0)), "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%MZ"),
-             "note": note, **extra}
-    entries = [e for e in entries if e.get("name") != name] + [entry]
-    FIGURES.write_text(json.dumps(sorted(entries, key=lambda e: e["name"]), indent=2) + "\n")
+def machine() -> str:
+    return f"{len(os.sched_getaffinity(0))} cores (sched_getaffinity), shared with other engineers' suites"
+
+
+def record(entry_id: str, title: str, script: str, command: str, target: str, met: bool | None,
+           load: str, figures: list[tuple[str, str]], note: str = "") -> None:
+    text = FIGURES.read_text()
+    head, _, _body = text.partition(SECTION)
+    entries: list[dict[str, Any]] = (yaml.safe_load(text) or {}).get("benchmarks") or []
+    entry: dict[str, Any] = {
+        "id": entry_id, "title": title, "script": script, "command": command, "target": target, "met": met,
+        "measured": {"machine": machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d"), "load": load},
+        "figures": [{"what": w, "value": v} for w, v in figures]}
+    if note:
+        entry["note"] = note
+    at = next((n for n, e in enumerate(entries) if e.get("id") == entry_id), None)
+    if at is None:
+        entries.append(entry)
+    else:
+        entries[at] = entry
+    dumped = yaml.safe_dump({"benchmarks": entries}, sort_keys=False, allow_unicode=True, width=120)
+    FIGURES.write_text(head + dumped)

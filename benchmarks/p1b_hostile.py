@@ -98,11 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from figures import record
 
+        rows, met = [], True
         for name, r in results.items():
             whole = not r["missing"] and not r["verdicts"].get("error")
-            record(f"P1b hostile {name}: whole report", r["wall_s"], GOAL_S, "s",
-                   r["wall_s"] <= GOAL_S and whole, load=r["load"],
-                   note=f"--jobs {args.jobs}; verdicts {r['verdicts']}; longest check {r['longest_s']:.1f}s")
+            met = met and whole and r["wall_s"] <= GOAL_S
+            rows.append((f"{name}: whole report (load {r['load']:.1f})",
+                         f"{r['wall_s']:.1f} s; verdicts {r['verdicts']}; longest check {r['longest_s']:.1f} s"))
+        loads = [r["load"] for r in results.values()]
+        record("P1b", "a plugin that breaks everything", "benchmarks/p1b_hostile.py",
+               f"python benchmarks/p1b_hostile.py --jobs {args.jobs}" + (" --all" if args.all else ""),
+               f"the whole report within {GOAL_S:.0f} s under the kubelet's bounds, every verdict true", met,
+               f"{min(loads):.1f} to {max(loads):.1f}", rows,
+               "docs/performance.md says what stands in the way.")
     return 0
 
 
