@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subject", action="append", default=[])
     parser.add_argument("--jobs", action="append", default=[])
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--record", action="store_true", help="write the figures into benchmarks/figures.json")
+    parser.add_argument("--record", action="store_true", help="write the figures into benchmarks/figures.yaml")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     subjects = args.subject or ["reference-dp", "reference-dra"]

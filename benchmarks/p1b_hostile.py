@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="every hostile mutant too (about 30 more runs)")
     parser.add_argument("--jobs", default="auto")
-    parser.add_argument("--record", action="store_true", help="write the figures into benchmarks/figures.json")
+    parser.add_argument("--record", action="store_true", help="write the figures into benchmarks/figures.yaml")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _term_to_interrupt)
