@@ -84,6 +84,8 @@ class SubjectReport:
     schema_version: str = SCHEMA_VERSION
     # What produced these verdicts (fakelet, catalog, subject, kubelet, components, host): reports/provenance.py.
     provenance: dict[str, Any] = field(default_factory=dict)
+    # A named suite (`fakelet run --suite kep5970`) instead of the subject kind's own checks: JUnit's testsuite name.
+    suite: str | None = None
 
     def summary(self) -> dict[str, Any]:
         counts = {v: sum(1 for c in self.checks if c.verdict == v) for v in VERDICTS}

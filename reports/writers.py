@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from reports.html import write_html
-from reports.model import SubjectReport
+from reports.model import CONFORMANT, INTERRUPTED, SubjectReport, run_status
 from reports.provenance import lines as provenance_lines
 
 ICONS = {"pass": "PASS", "fail": "FAIL", "not-exercised": "NOT EXERCISED", "n/a": "N/A", "skip": "SKIP",
@@ -21,7 +21,10 @@ def write_json(report: SubjectReport, path: Path) -> None:
 def write_junit(report: SubjectReport, path: Path) -> None:
     s = report.summary()
     required_unexercised = sum(1 for c in report.checks if c.required and c.verdict == "not-exercised")
-    suite = ET.Element("testsuite", name=f"fakelet.{report.subject}", tests=str(s["total"]),
+    # A named suite keeps its own name (kep5970: the name the KEP's suite can adopt), the subject a property.
+    suite_name = report.suite or f"fakelet.{report.subject}"
+    case_class = f"{report.suite}.{report.subject}" if report.suite else suite_name
+    suite = ET.Element("testsuite", name=suite_name, tests=str(s["total"]),
                        failures=str(s["fail"] + required_unexercised),
                        errors=str(s["error"] + s["missing"]),
                        skipped=str(s["skip"] + s["n/a"] + s["not-exercised"]),
@@ -34,7 +37,7 @@ def write_junit(report: SubjectReport, path: Path) -> None:
                         ("catalog_sha256", str(report.provenance.get("catalog", {}).get("sha256", "")))):
         ET.SubElement(props, "property", name=name, value=value)
     for c in report.checks:
-        case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}.{c.level}",
+        case = ET.SubElement(suite, "testcase", classname=f"{case_class}.{c.level}",
                              name=f"{c.id} {c.title}", time=f"{c.duration_s:.3f}")
         if c.verdict in ("fail", "error") or c.counts_against():
             tag = "error" if c.verdict == "error" else "failure"
@@ -43,7 +46,7 @@ def write_junit(report: SubjectReport, path: Path) -> None:
         elif c.verdict in ("skip", "n/a", "not-exercised"):
             ET.SubElement(case, "skipped", message=f"{c.verdict}: {c.detail}")
     for check_id in report.missing:
-        case = ET.SubElement(suite, "testcase", classname=f"fakelet.{report.subject}", name=check_id, time="0")
+        case = ET.SubElement(suite, "testcase", classname=case_class, name=check_id, time="0")
         ET.SubElement(case, "error", message="no result: the check never reported a verdict")
     ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
 
@@ -107,3 +110,19 @@ def write_all(report: SubjectReport, out: Path) -> None:
     write_junit(report, out / "junit.xml")
     write_markdown(report, out / "summary.md")
     write_html(report, out)
+
+
+def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = False) -> None:
+    status = INTERRUPTED if interrupted else run_status(reports)
+    index = {"schema_version": reports[0].schema_version if reports else "1",
+             "runs": [r.to_dict() for r in reports],
+             "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
+    (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
+    lines = ["# fakelet conformance", "", f"**{status}**", "",
+             "| subject | pass | fail | not exercised | n/a | skip | error | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in reports:
+        s = r.summary()
+        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['not-exercised']} | "
+                     f"{s['n/a']} | {s['skip']} | {s['error']} | {r.coverage_line()} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -44,6 +44,7 @@ from harness.kubelet.versions import KubeletVersion, for_release
 from harness.kubelet.versions import get as get_kubelet_version
 from harness.launch import gobuild
 from harness.launch.sandbox import check_base
+from harness.spec.checks import NAMED_SUITES, suite_package
 from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 from harness.spec.profiles import Profile
 from harness.spec.profiles import get as get_profile
@@ -115,7 +116,7 @@ def check_cluster(cluster: str | None, kind_image: str | None, keep_cluster: boo
                 raise ProfileError(f"{flag} goes with --cluster kind")
         return None
     if cluster not in CLUSTERS:
-        raise ProfileError(f"--cluster {cluster!r}: choose one of {', '.join(CLUSTERS)}")
+        raise ProfileError(f"--cluster {cluster!r}: choose kind, or kubeconfig:PATH (with --suite kep5970)")
     if node != "fake":
         raise ProfileError(f"--cluster {cluster} brings its own kubelet; drop --node {node}")
     if spec.launcher != "container":
@@ -126,6 +127,20 @@ def check_cluster(cluster: str | None, kind_image: str | None, keep_cluster: boo
 
     manifests.render_args(spec, spec.command)  # a placeholder a kind node cannot fill is an error now
     return cluster
+
+
+def check_suite(suite: str | None, spec: SubjectSpec, node: str) -> None:
+    if suite is None:
+        return
+    if suite not in NAMED_SUITES:
+        raise ProfileError(f"--suite {suite!r}: choose one of {', '.join(NAMED_SUITES)}")
+    kind = NAMED_SUITES[suite][0]
+    if spec.kind != kind:
+        raise ProfileError(f"--suite {suite} is for a {kind} subject; {spec.name} is a {spec.kind}")
+    if node != "real":
+        # Its checks read what a kubelet does with real pods (containers, events, their environment).
+        raise ProfileError(f"--suite {suite} judges real pods: run it with --node real, or against a cluster where "
+                           "the driver is installed (--cluster kubeconfig:PATH --driver NAME --device-class CLASS)")
 
 
 def check_control_plane(spec: str) -> str:
@@ -536,6 +551,8 @@ class RunConfig:
     overrides: Overrides = field(default_factory=Overrides)
     # --require: check IDs or areas (DP-HLT) whose "not exercised" fails the run.
     require: list[str] = field(default_factory=list)
+    suite: str | None = None  # --suite NAME (kep5970): a named suite instead of the subject kind's own
+    device_class: str | None = None  # --device-class: the installed driver's DeviceClass (--cluster kubeconfig:)
     _built_binary: str | None = None
     _binary_error: str | None = None
 
@@ -547,7 +564,8 @@ class RunConfig:
               subject_file: str | None = None, driver: str | None = None,
               overrides: Overrides | None = None, require: list[str] | None = None,
               reaction_bound: float | None = None, node: str = "fake", image: Image | None = None,
-              cluster: str | None = None, kind_image: str | None = None, keep_cluster: bool = False) -> RunConfig:
+              cluster: str | None = None, kind_image: str | None = None, keep_cluster: bool = False,
+              suite: str | None = None) -> RunConfig:
         """Validate every input; a ProfileError (or ValueError) names the flag or file:line: field.
 
         `kind` None means "not given" (device-plugin for --plugin-cmd; an error with a subject).
@@ -559,6 +577,7 @@ class RunConfig:
             known = ", ".join(spec.defects) or "none"
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
         cluster = check_cluster(cluster, kind_image, keep_cluster, node, spec)
+        check_suite(suite, spec, node)
         check_base()
         check_binary(binary)
         check_templates(spec, binary, parse_env(overrides.env))
@@ -578,7 +597,55 @@ class RunConfig:
                    plugin_cmd=plugin_cmd, image=image, overrides=overrides, require=check_require(require or []),
                    node=node,
                    cluster=cluster, kind_image=kind_image,
-                   keep_cluster=keep_cluster)
+                   keep_cluster=keep_cluster, suite=suite)
+
+    @classmethod
+    def for_cluster(cls, cluster: str, driver: str | None, device_class: str | None, suite: str | None,
+                    profile: str = "fast", seed: int = 0, checks: list[str] | None = None, out: str | None = None,
+                    require: list[str] | None = None, reaction_bound: float | None = None) -> RunConfig:
+        """A driver already installed in a live cluster (`--cluster kubeconfig:PATH`): fakelet launches nothing,
+        it only creates claims and pods in a namespace of its own. Checked now: the kubeconfig reads, the API
+        server answers, and the DeviceClass exists."""
+        if suite != "kep5970":
+            raise ProfileError(f"--cluster {oneline(cluster)}: a live cluster runs --suite kep5970 (fakelet deploys "
+                               "nothing there)")
+        if not driver or not is_dns1123_subdomain(driver):
+            raise ProfileError(f"--cluster {oneline(cluster)}: give --driver NAME, the installed driver's name "
+                               f"(a DNS-1123 subdomain){f'; not {driver!r}' if driver else ''}")
+        if not device_class or not is_dns1123_subdomain(device_class):
+            raise ProfileError(f"--cluster {oneline(cluster)}: give --device-class CLASS, a DeviceClass of the "
+                               f"driver's devices{f'; not {device_class!r}' if device_class else ''}")
+        try:
+            spec_text = check_control_plane(cluster)  # the kubeconfig exists and parses
+        except ProfileError as err:
+            raise ProfileError(str(err).replace("--control-plane", "--cluster", 1)) from None
+        from harness.controlplane.client import ApiError, KubeClient
+
+        try:
+            client = KubeClient.from_kubeconfig(Path(spec_text.removeprefix("kubeconfig:")))
+        except (KubeconfigError, OSError, ValueError) as err:
+            raise ProfileError(f"--cluster {oneline(cluster)}: {oneline(str(err))}") from None
+        try:
+            client.get(f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")
+        except ApiError as err:
+            what = "no such DeviceClass" if err.status == 404 else oneline(str(err))
+            raise ProfileError(f"--device-class {device_class}: {what} in the cluster of {oneline(cluster)}") from None
+        except OSError as err:
+            raise ProfileError(f"--cluster {oneline(cluster)}: {oneline(str(err))}") from None
+        finally:
+            client.close()
+        spec = SubjectSpec(name=driver, kind="dra", command=[], resource=driver, driver=driver, launcher="installed",
+                           source="--cluster", description=f"DRA driver {driver}, installed in the cluster")
+        timing = get_profile(profile)
+        if reaction_bound is not None:
+            timing = timing.with_reaction_bound(reaction_bound)
+        return cls(spec=spec, profile=timing, seed=check_seed(seed), checks=list(checks or []),
+                   out=Path(out) if out else None, control_plane="none", cluster=spec_text,
+                   require=check_require(require or []), suite=suite, device_class=device_class)
+
+    @property
+    def suite_package(self) -> str:
+        return suite_package(self.spec.kind, self.suite)
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
@@ -678,6 +745,8 @@ class RunConfig:
     # -- the command that runs it again --------------------------------------------------
 
     def subject_flags(self) -> list[str]:
+        if self.spec.source == "--cluster":
+            return ["--driver", self.spec.resource, "--device-class", self.device_class or ""]
         image = self.image.flags() if self.image is not None else []
         if self.subject_file:
             return ["--subject-file", self.subject_file, *image]
@@ -705,9 +774,13 @@ class RunConfig:
                 parts += ["--control-plane", self.control_plane]
         if self.defect:
             parts += ["--defect", self.defect]
+        if self.suite:
+            parts += ["--suite", self.suite]
         if self.node != "fake":
             parts += ["--node", self.node]
-        if self.cluster is not None:
+        if self.cluster is not None and self.cluster.startswith("kubeconfig:"):
+            parts += ["--cluster", self.cluster]
+        elif self.cluster is not None:
             parts += ["--cluster", self.cluster, *(["--kind-image", self.kind_image] if self.kind_image else []),
                       *(["--keep-cluster"] if self.keep_cluster else [])]
         if self.profile.shortened:

@@ -37,11 +37,12 @@ __all__ = [
 SPECS = ('"local"', '"kubeconfig:<path>"', '"none"')
 
 
-def open_control_plane(spec: str, workdir: Path | None = None) -> ControlPlane:
-    """The backend `spec` names, not yet started; "none" and unknown specs raise ControlPlaneUnavailable."""
+def open_control_plane(spec: str, workdir: Path | None = None, scheduler: bool = False) -> ControlPlane:
+    """The backend `spec` names, not yet started; "none" and unknown specs raise ControlPlaneUnavailable.
+    `scheduler`: a local one also runs kube-scheduler (the kep5970 suite)."""
     spec = spec.strip()
     if spec == "local":
-        return LocalControlPlane(workdir)
+        return LocalControlPlane(workdir, scheduler=scheduler)
     if spec.startswith("kubeconfig:"):
         path = spec.removeprefix("kubeconfig:")
         if not path:

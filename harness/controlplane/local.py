@@ -63,6 +63,9 @@ ADMIN_GROUP = "system:masters"  # k8s.io/apiserver pkg/authentication/user/user.
 KUBE_MODULE = "tests/go/kubernetes"  # the wrapper module that pins k8s.io/kubernetes
 KUBE_APISERVER_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
 KUBE_CONTROLLER_MANAGER_PACKAGE = "k8s.io/kubernetes/cmd/kube-controller-manager"
+# Started only when asked (the kep5970 suite): every other check plays the scheduler itself, and its pods carry
+# schedulerName "fakelet", which the real one leaves alone.
+KUBE_SCHEDULER_PACKAGE = "k8s.io/kubernetes/cmd/kube-scheduler"
 # Only what the DRA checks need, by the names in cmd/kube-controller-manager/names/controller_names.go:
 # device taints evict pods (DeviceTaintEvictionController), and the claim controller drops reservations of
 # deleted pods and deallocates claims nobody uses any more (ResourceClaimController). No other controller
@@ -225,8 +228,12 @@ class _Server:
 class LocalControlPlane:
     name = "local"
 
-    def __init__(self, workdir: Path | None = None, start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, workdir: Path | None = None, start_timeout_s: float = START_TIMEOUT_S,
+                 scheduler: bool = False) -> None:
         self.parent_dir = workdir
+        self.with_scheduler = scheduler
+        self._scheduler: _Server | None = None
+        self.scheduler_error = "" if scheduler else "not asked for"
         self.start_timeout_s = start_timeout_s
         self.workdir: Path | None = None
         self.kubeconfig = Path()
@@ -258,6 +265,13 @@ class LocalControlPlane:
         except ControlPlaneUnavailable as err:
             # The API server alone still serves every check but eviction.
             self.controllers_error = str(err).splitlines()[0]
+        if self.with_scheduler:
+            try:
+                sched, _ = find_kube_binary("kube-scheduler", KUBE_SCHEDULER_PACKAGE,
+                                            why="for the kep5970 suite's allocations")
+                self._binaries["kube-scheduler"] = str(sched)
+            except ControlPlaneUnavailable as err:
+                self.scheduler_error = str(err).splitlines()[0]  # fakelet's own scheduler allocates instead
         started = time.monotonic()
         atexit.register(self.stop)
         try:
@@ -346,6 +360,19 @@ class LocalControlPlane:
         self._client = client
         if "kube-controller-manager" in self._binaries:
             self._start_controller_manager(Path(self._binaries["kube-controller-manager"]), env)
+        if "kube-scheduler" in self._binaries:
+            self._start_scheduler(Path(self._binaries["kube-scheduler"]), env)
+
+    def _start_scheduler(self, binary: Path, env: dict[str, str]) -> None:
+        wd = self.workdir
+        assert wd is not None
+        port = _free_port()
+        self._scheduler = _Server("kube-scheduler", [
+            str(binary), "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(port), "--cert-dir", str(wd / "scheduler-pki"),
+        ], wd / "kube-scheduler.log", wd, env)
+        self._wait_healthy(self._scheduler, port)
+        self.scheduler_error = ""
 
     def _start_controller_manager(self, binary: Path, env: dict[str, str]) -> None:
         wd = self.workdir
@@ -423,10 +450,10 @@ class LocalControlPlane:
 
     def _stop_servers(self) -> None:
         # The API server first: without etcd it retries for a long time instead of exiting.
-        for server in (self._controller_manager, self._apiserver, self._etcd):
+        for server in (self._scheduler, self._controller_manager, self._apiserver, self._etcd):
             if server is not None:
                 server.stop()
-        self._controller_manager = self._apiserver = self._etcd = None
+        self._scheduler = self._controller_manager = self._apiserver = self._etcd = None
 
     def stop(self) -> None:
         atexit.unregister(self.stop)
@@ -447,7 +474,8 @@ class LocalControlPlane:
 
     def pids(self) -> list[int]:
         """The servers' process ids (for leak checks)."""
-        return [s.proc.pid for s in (self._etcd, self._apiserver, self._controller_manager) if s is not None]
+        return [s.proc.pid for s in (self._etcd, self._apiserver, self._controller_manager, self._scheduler)
+                if s is not None]
 
     def log_tail(self, name: str = "kube-apiserver", lines: int = LOG_TAIL_LINES) -> str:
         if self.workdir is None:
@@ -466,4 +494,6 @@ class LocalControlPlane:
                 "kube-controller-manager": self._binaries.get("kube-controller-manager", "")
                 or f"not running: {self.controllers_error}",
                 "controllers": ",".join(CONTROLLERS) if self._controller_manager is not None else "",
+                "kube-scheduler": self._binaries.get("kube-scheduler", "") if self._scheduler is not None
+                else f"not running: {self.scheduler_error}",
                 "startup_s": f"{self.startup_s:.1f}"}

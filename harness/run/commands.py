@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, fidelity, provenance, scenariocli, scheduler
+from harness.run import certify, fidelity, matrix, provenance, scenariocli, scheduler, shards
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -55,12 +55,12 @@ from harness.scenarios.repro import write_repros
 from harness.scenarios.runner import describe as describe_scenario
 from harness.scenarios.runner import run_scenario
 from harness.scenarios.schema import Scenario
-from harness.spec.checks import SUITES, catalog
+from harness.spec.checks import NAMED_SUITES, SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
 from harness.world.env import SubjectUnavailable
-from reports.model import CONFORMANT, EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
-from reports.writers import write_all
+from reports.model import EXIT_CODES, NOT_CONFORMANT, SubjectReport, run_status
+from reports.writers import write_all, write_index
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
 
@@ -165,9 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--node", default="fake", choices=["fake", "real"],
                      help="whose kubelet the checks run on: fake (fakelet's own, default) or real (kubelet v1.36 "
                           "built from the Go module proxy, with containerd, in a private namespace; root only)")
-    run.add_argument("--cluster", choices=["kind"],
-                     help="deploy the --image as a DaemonSet on a kind cluster (pytest-kind) and run the checks a "
-                          "real cluster can judge (DP-NODE-01/02); one check at a time")
+    run.add_argument("--cluster", metavar="kind|kubeconfig:PATH",
+                     help="kind: deploy the --image as a DaemonSet on a kind cluster (pytest-kind) and run the checks "
+                          "a real cluster can judge (DP-NODE-01/02), one check at a time; kubeconfig:PATH: a live "
+                          "cluster where the DRA driver is installed, for --suite kep5970 with --driver and "
+                          "--device-class (fakelet deploys nothing there)")
+    run.add_argument("--device-class", metavar="CLASS",
+                     help="the installed driver's DeviceClass (--cluster kubeconfig:PATH --suite kep5970)")
     run.add_argument("--kind-image", metavar="IMAGE", help="the kind node image (default: kind's own, "
                                                              "kindest/node:v1.37.0 for kind v0.33.0)")
     run.add_argument("--keep-cluster", action="store_true",
@@ -176,6 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
                      help="hold the plugin to this bound instead of the kubelet's 30 s (fakelet's kill matrix "
                           "uses it for mutants that never react; verdicts may then differ from a real kubelet's)")
     certify.add_repeat_flag(run)
+    run.add_argument("--shard", metavar="K/N",
+                     help="run only the K-th of N deterministic shares of the (subject, check) pairs (sorted "
+                          "round-robin); fakelet merge puts the N report directories back together")
+    run.add_argument("--suite", choices=sorted(NAMED_SUITES),
+                     help="run a named suite instead of the subject kind's own: kep5970 (the seven checks of "
+                          "kubernetes/enhancements#5970, judged through the Kubernetes API)")
+    mtx = sub.add_parser("matrix", help="one table per subject: its checks down, kubelet release x node across "
+                                        "(each cell a check run, as fidelity runs them); shardable")
+    mtx.add_argument("--subject", action="append", default=[], metavar="NAME", help="a subject (repeatable)")
+    mtx.add_argument("--kubelet-version", default=DEFAULT_KUBELET_VERSION, metavar="A,B,...",
+                     help="kubelet releases: the fake node runs its model of each minor, the real node builds each "
+                          f"from the Go module proxy (default {DEFAULT_KUBELET_VERSION})")
+    mtx.add_argument("--node", default="fake", metavar="fake,real", help="nodes (default fake)")
+    mtx.add_argument("--check", action="append", default=[], metavar="ID", help="only these checks (repeatable)")
+    mtx.add_argument("--profile", default="fast", choices=sorted(PROFILES), help="timing profile (default fast)")
+    mtx.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    mtx.add_argument("--shard", metavar="K/N", help="only the K-th of N shares of the (cell, check) pairs")
+    mtx.add_argument("--merge", nargs="+", metavar="DIR", help="write the table of these matrix shards instead")
+    mtx.add_argument("-j", "--jobs", type=int, default=2, help="checks run in parallel within a cell (default 2)")
+    mtx.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    mtx.add_argument("--out", default="fakelet-matrix", help="output directory (default ./fakelet-matrix)")
+    mrg = sub.add_parser("merge", help="one report from the report directories of fakelet run --shard K/N "
+                                       "(each shard once, all from one run)")
+    mrg.add_argument("shard_dirs", nargs="+", metavar="DIR", help="a shard's report directory")
+    mrg.add_argument("-o", "--output", required=True, metavar="OUT", help="the merged report directory")
     fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
                               "and write a verdict table (root, containerd)")
     fid.add_argument("--subject", action="append", default=[], metavar="NAME",
@@ -278,16 +307,16 @@ def jobs_for(args: argparse.Namespace, run: RunConfig) -> int:
     """--jobs as given, or for auto: the longest check alone on one worker, the rest packed beside it."""
     if args.jobs is not AUTO_JOBS:
         return int(args.jobs)
-    selected = run.checks or list(catalog(SUITES[run.spec.kind]))
+    selected = run.checks or list(catalog(run.suite_package))
     key = scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run))
     estimate = scheduler.estimates_for(key)
     return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key, selected))
 
 
-def check_ids(args: argparse.Namespace, kinds: set[str]) -> None:
+def check_ids(args: argparse.Namespace, packages: set[str]) -> None:
     known: dict[str, tuple[str, str]] = {}
-    for kind in kinds:
-        known.update(catalog(SUITES[kind]))
+    for package in sorted(packages):
+        known.update(catalog(package))
     unknown = sorted(set(args.check) - set(known))
     if unknown:
         raise UsageError(f"unknown check ID(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -303,9 +332,13 @@ def subject_names(args: argparse.Namespace) -> list[str | None]:
     """The --subject names to build runs for; [None] when --plugin-cmd or --subject-file is the one subject."""
     if args.plugin_cmd is not None or args.subject_file is not None or (args.image and not args.subject):
         return [None]
+    if (getattr(args, "cluster", None) or "").startswith("kubeconfig:"):
+        return [None]  # the driver installed in that cluster
     if args.subject:
         return list(args.subject)
-    names: list[str | None] = [s.name for s in all_subjects() if s.reference]
+    suite = getattr(args, "suite", None)
+    names: list[str | None] = [s.name for s in all_subjects()
+                               if s.reference and (suite is None or s.kind == NAMED_SUITES[suite][0])]
     if args.defect:
         # `--defect D` alone: the reference subject(s) that have that defect.
         having: list[str | None] = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
@@ -314,6 +347,19 @@ def subject_names(args: argparse.Namespace) -> list[str | None]:
 
 
 def build_run(args: argparse.Namespace, subject: str | None, out: str | None) -> RunConfig:
+    cluster = getattr(args, "cluster", None)
+    if cluster is not None and cluster.startswith("kubeconfig:"):
+        given = [f for f, v in (("--subject", subject or args.subject), ("--subject-file", args.subject_file),
+                                ("--plugin-cmd", args.plugin_cmd), ("--image", getattr(args, "image", None)),
+                                ("--defect", args.defect)) if v]
+        if given:
+            raise UsageError(f"--cluster {oneline(cluster)}: the driver is the one installed there; drop {given[0]}")
+        return RunConfig.for_cluster(cluster, args.driver, getattr(args, "device_class", None),
+                                     getattr(args, "suite", None), args.profile, args.seed,
+                                     getattr(args, "check", []), out, getattr(args, "require", []),
+                                     getattr(args, "reaction_bound", None))
+    if getattr(args, "device_class", None):
+        raise UsageError("--device-class goes with --cluster kubeconfig:PATH (fakelet makes its own class otherwise)")
     return RunConfig.build(subject=subject, subject_file=args.subject_file, defect=args.defect,
                            profile=args.profile, seed=args.seed, checks=getattr(args, "check", []), out=out,
                            plugin_cmd=args.plugin_cmd, resource=args.resource, driver=args.driver,
@@ -323,7 +369,8 @@ def build_run(args: argparse.Namespace, subject: str | None, out: str | None) ->
                            reaction_bound=getattr(args, "reaction_bound", None), node=getattr(args, "node", "fake"),
                            image=image_flags(args), cluster=getattr(args, "cluster", None),
                            kind_image=getattr(args, "kind_image", None),
-                           keep_cluster=getattr(args, "keep_cluster", False))
+                           keep_cluster=getattr(args, "keep_cluster", False),
+                           suite=getattr(args, "suite", None))
 
 
 def image_flags(args: argparse.Namespace) -> Image | None:
@@ -354,10 +401,10 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         raise UsageError("--image applies to one --subject")
     check_jobs(args.jobs)
     runs = [build_run(args, name, args.out) for name in subject_names(args)]
-    check_ids(args, {r.spec.kind for r in runs})
+    check_ids(args, {r.suite_package for r in runs})
     if args.check:
         # `--check DP-...` over every reference subject runs only the subjects those checks are for.
-        runs = [r for r in runs if set(args.check) & set(catalog(SUITES[r.spec.kind]))]
+        runs = [r for r in runs if set(args.check) & set(catalog(r.suite_package))]
     return runs
 
 
@@ -372,13 +419,14 @@ def write_config(run: RunConfig, out: Path, directory: Path) -> Path:
 
 
 def pytest_argv(args: argparse.Namespace, run: RunConfig, config: Path) -> list[str]:
-    argv = [sys.executable, "-m", "pytest", "--pyargs", SUITES[run.spec.kind], "-p", "no:cacheprovider",
+    argv = [sys.executable, "-m", "pytest", "--pyargs", run.suite_package, "-p", "no:cacheprovider",
             # Plugins no check uses: faker's and hypothesis's import about 2 s of CPU into every xdist worker.
             "-p", "no:faker", "-p", "no:hypothesispytest",
             "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
             "--fakelet-config", str(config)]
     # One kind cluster, one node: its checks take turns (each restarts that node's kubelet).
-    jobs = jobs_for(args, run)
+    # A named suite tells one story in one process (harness/world/kepworld.py): no workers.
+    jobs = jobs_for(args, run) if run.suite is None else 1
     if jobs > 1 and run.cluster is None:
         argv += ["-p", "xdist", "-n", str(jobs)]
     return argv
@@ -397,7 +445,7 @@ class Interrupted(KeyboardInterrupt):
 
 def nothing_ran(run: RunConfig) -> SubjectReport:
     """The report of a run interrupted before its first verdict: every selected check without one."""
-    selected = run.checks or list(catalog(SUITES[run.spec.kind]))
+    selected = run.checks or list(catalog(run.suite_package))
     return SubjectReport(subject=run.spec.name, profile=run.profile.name, seed=run.seed, defect=run.defect,
                          kind=run.spec.kind, missing=sorted(selected), interrupted=True)
 
@@ -498,28 +546,13 @@ def print_report(report: SubjectReport) -> None:
     print(f"  => {report.coverage_line()}")
 
 
-def write_index(reports: list[SubjectReport], out: Path, interrupted: bool = False) -> None:
-    status = INTERRUPTED if interrupted else run_status(reports)
-    index = {"schema_version": reports[0].schema_version if reports else "1",
-             "runs": [r.to_dict() for r in reports],
-             "summary": {"subjects": len(reports), "status": status, "conformant": status == CONFORMANT}}
-    (out / "report.json").write_text(json.dumps(index, indent=2) + "\n")
-    lines = ["# fakelet conformance", "", f"**{status}**", "",
-             "| subject | pass | fail | not exercised | n/a | skip | error | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in reports:
-        s = r.summary()
-        lines.append(f"| [{r.subject}]({r.subject}/summary.md) | {s['pass']} | {s['fail']} | {s['not-exercised']} | "
-                     f"{s['n/a']} | {s['skip']} | {s['error']} | {r.coverage_line()} |")
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
-
-
 def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     """Start one local API server for every DRA or real-kubelet run, instead of one per check process."""
     if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
         return None
     try:
-        plane = open_control_plane("local").start()
+        # kube-scheduler only for the kep5970 suite: it allocates its claims as a cluster would.
+        plane = open_control_plane("local", scheduler=any(r.suite == "kep5970" for r in runs)).start()
     except ControlPlaneUnavailable as err:
         print(f"fakelet: no local API server ({err}); DRA checks that need one will skip", file=sys.stderr)
         spec = UNAVAILABLE + str(err)
@@ -610,8 +643,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     runs = configs(args)
     if not runs:
         raise UsageError("no subjects to run")
+    record = None
+    if args.shard is not None:
+        shard = shards.parse_shard(args.shard)
+        runs, record = shards.split(runs, shard)
+        print(f"shard {shard}: {len(record['mine'])} of {len(record['pairs'])} (subject, check) pairs", flush=True)
     # The earlier report stays whole until this run's exists: the run writes beside it and swaps at the end.
     stage = staging_dir(out)
+    if record is not None:
+        shards.write_record(record, stage)
+        if not runs:  # more shards than pairs: this one has nothing to do, and says so in its directory
+            write_index([], stage)
+            with _stop.shielded():
+                swap_in(stage, out)
+            print(f"\nreports: {out}/ (no pairs fall to this shard)")
+            return EXIT_OK
     try:
         reports, interrupted = run_subjects(args, runs, stage)
         if interrupted:
@@ -872,8 +918,77 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """The shards of one run as one report directory: verdicts as the unsharded run's, each shard's provenance
+    kept."""
+    from reports.bundle import load_dir
+    from reports.merge import load_shard, merge
+
+    out = check_out(args.output)
+    given = [Path(d) for d in args.shard_dirs]
+    if any(out.resolve() == d.resolve() for d in given):
+        raise UsageError(f"-o {args.output}: is one of the shards; write the merged report elsewhere")
+    merged = merge([load_shard(d, load_dir) for d in given])
+    stage = staging_dir(out)
+    try:
+        if len(merged) == 1:
+            write_all(merged[0], stage)
+        else:
+            for report in merged:
+                write_all(report, stage / report.subject)
+            write_index(merged, stage)
+        with _stop.shielded():
+            swap_in(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    for report in merged:
+        print_report(report)
+    status = run_status(merged)
+    print(f"\nmerged {len(given)} shards: {status}\nreports: {out}/")
+    return EXIT_CODES[status]
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from reports.merge import MergeError
+
+    out = check_out(args.out)
+    if args.merge:
+        if any(out.resolve() == Path(d).resolve() for d in args.merge):
+            raise UsageError(f"--out {args.out}: is one of the shards; write the table elsewhere")
+        stage = staging_dir(out)
+        try:
+            done = matrix.merge_dirs([Path(d) for d in args.merge], stage)
+            with _stop.shielded():
+                swap_in(stage, out)
+        except (MergeError, OSError, ValueError) as err:
+            raise UsageError(str(err)) from None
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    else:
+        if not 1 <= args.jobs <= max_jobs():
+            raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} "
+                             f"({scheduler.JOBS_PER_CPU} per CPU)")
+        matrix.plan(args)  # every cell valid before the old table goes
+        if args.shard:
+            shards.parse_shard(args.shard)
+        reap_dead_runs()
+        fresh_out(out)
+        args.repeat = 1
+        try:
+            done = matrix.run(args, out, run_one, shared_control_plane, lambda line: print(line, flush=True))
+        except Interrupted:
+            print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
+            return 130
+        finally:
+            os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+    print(f"\ntable: {out}/{matrix.MATRIX_MD}")
+    return EXIT_CODES[run_status([r for _, r in done])] if done else EXIT_OK
+
+
 def cmd_checks() -> int:
-    for kind, package in SUITES.items():
+    suites = [(kind, package) for kind, package in SUITES.items()]
+    suites += [(f"{kind} ({name})", package) for name, (kind, package) in NAMED_SUITES.items()]
+    for kind, package in suites:
         for check_id, (level, title) in catalog(package).items():
             print(f"{check_id:10} {level:6} {kind:13} {title}")
     return EXIT_OK
@@ -911,6 +1026,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_scenario(args)
         if args.command == "fidelity":
             return cmd_fidelity(args)
+        if args.command == "merge":
+            return cmd_merge(args)
+        if args.command == "matrix":
+            return cmd_matrix(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
         return cmd_run(args)

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.config.runconfig import RunConfig, fakelet_version
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable
-from harness.spec.checks import SUITES, catalog
+from harness.spec.checks import all_packages, catalog
 from harness.spec.subjects import repo_root
 from reports.model import FAIL, PASS, SubjectReport
 from reports.provenance import FORMAT, catalog_digest, mark_near_bound, sha256_bytes, sha256_file
@@ -73,7 +73,7 @@ def checkout() -> dict[str, Any]:
 
 
 def catalog_facts() -> dict[str, Any]:
-    entries = [(cid, level, title) for package in SUITES.values() for cid, (level, title) in catalog(package).items()]
+    entries = [(cid, level, title) for package in all_packages() for cid, (level, title) in catalog(package).items()]
     return {"sha256": catalog_digest(entries), "checks": len(entries)}
 
 
@@ -141,6 +141,9 @@ def component_facts(run: RunConfig) -> dict[str, str]:
         manager = str(plane.get("kube-controller-manager", ""))
         # Built from the same wrapper module as the API server: the same release.
         out["kube-controller-manager"] = manager if manager.startswith("not running") else out["kube-apiserver"]
+        scheduler = str(plane.get("kube-scheduler", ""))
+        if scheduler and not scheduler.startswith("not running"):
+            out["kube-scheduler"] = out["kube-apiserver"]  # the same wrapper module, the same release
         if plane.get("etcd"):
             out["etcd"] = package_version(PACKAGES["etcd"]) or str(plane["etcd"])
     if run.node == "real":

@@ -10,12 +10,15 @@ serialized RunConfig `fakelet run` writes) or from the individual
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import queue
 import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -32,6 +35,7 @@ from harness.config.runconfig import (
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.client import KubeClient
 from harness.instruments import progress
+from harness.instruments.timeline import WaitTimeout
 from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
@@ -42,11 +46,11 @@ from harness.spec.checks import (
     KIND_REASON,
     NOT_APPLICABLE,
     NOT_EXERCISED,
-    SUITES,
     catalog,
     check_ids_of,
     not_exercised,
     split_install,
+    unavailable,
 )
 from harness.spec.subjects import DEVICE_IDS, KINDS, SKINS, ProfileError
 from harness.world.draenv import DRAEnv
@@ -58,6 +62,7 @@ from reports.writers import write_all
 
 if TYPE_CHECKING:
     from harness.node.kind.cluster import KindAccess
+    from harness.world.kepworld import KepWorld
 
 PENDING = "pending"  # a check whose setup passed and whose call has not reported yet
 
@@ -312,6 +317,73 @@ class Collector:
             finally:
                 report_env(request, env)
 
+    @pytest.fixture(scope="session")
+    def kep_world(self, request: pytest.FixtureRequest) -> Iterator[KepWorld]:
+        """The KEP-5970 suite's one world for the session: a live cluster's installed driver
+        (--cluster kubeconfig:PATH), or the subject launched here beside the local real kubelet,
+        its claims allocated and its pods bound by fakelet's scheduler (harness/world/kepworld.py)."""
+        from harness.world.kepworld import KepWorld
+
+        run = self.run
+        if run.cluster is not None and run.cluster.startswith("kubeconfig:"):
+            client = KubeClient.from_kubeconfig(Path(run.cluster.removeprefix("kubeconfig:")))
+            world = KepWorld(client, run.spec.driver or run.spec.resource, run.device_class or "", run.profile)
+            try:
+                world.start()
+                yield world
+            finally:
+                try:
+                    world.close()
+                finally:
+                    client.close()
+            return
+        if run.node != "real":
+            unavailable("kep5970 judges what a kubelet does with real pods (containers, events, their "
+                        "environment): run it with --node real, or against a cluster with --cluster kubeconfig:PATH")
+        real_node = self._real_node(request, None)
+        plane, why = request.getfixturevalue("fakelet_control_plane")
+        artifacts = run.out / "artifacts" / "kep5970" if run.out else None
+        try:
+            env = DRAEnv(run.spec, run.profile, run.defect, run.seed, run.resolve_binary(), artifacts,
+                         kubelet_version=run.kubelet_version, control_plane=plane, control_plane_error=why,
+                         real_node=real_node)
+        except SubjectUnavailable as err:
+            pytest.skip(str(err))
+        world = None
+        try:
+            env.start()
+            # In a cluster the driver is installed, and registered, before the suite runs: here it has just
+            # started. A real kubelet that gets the pod before the registration retries its prepare only at its
+            # next resync (a minute on), so the story waits for the registration first, within the reaction
+            # bound; a driver that never registers is KEP5970-01's to fail, not a setup error.
+            with contextlib.suppress(WaitTimeout, AssertionError):
+                env.wait_dra_registered()
+            assert env.allocator is not None and env.client is not None
+            env.allocator.ensure_device_class(env.device_class, env.driver)
+            # The local API server's kube-scheduler allocates and binds, as in a cluster, when it runs (`fakelet run
+            # --suite kep5970` starts it); otherwise fakelet's allocator and scheduler do (harness/controlplane).
+            real_scheduler = plane_runs_scheduler(plane)
+            world = KepWorld(env.client, env.driver, env.device_class, run.profile, node=env.node_name,
+                             scheduler=None if real_scheduler else env.scheduler, runnable=env.node.runnable,
+                             namespace=env.node_name,
+                             allocated_by="the local kube-scheduler" if real_scheduler else FAKELET_ALLOCATOR)
+            world.start()
+            yield world
+        finally:
+            try:
+                if world is not None:
+                    world.close()
+            finally:
+                try:
+                    env.close()
+                finally:
+                    # A named suite runs in this one process (no workers): what the world learned goes straight
+                    # into the report, as report_env hands it over for the function-scoped worlds.
+                    for api, version in env.negotiated().items():
+                        self.negotiated.setdefault(api, set()).add(version)
+                    merge_facts(self.facts, dict(env.facts))
+                    self.findings.extend(f for f in env.findings if f not in self.findings)
+
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not any(_marker(i) for i in items):
             return
@@ -365,7 +437,7 @@ class Collector:
         """A check run (`fakelet run -j N`) starts its longest checks first (harness/run/scheduler.py)."""
         if self._run is None or config.getvalue("dist") != "load":
             return None
-        package = SUITES[self.run.spec.kind]
+        package = self.run.suite_package
         catalog(package)
         estimate = scheduler.estimates_for(self._timing_key())
 
@@ -379,7 +451,7 @@ class Collector:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The xdist controller collects nothing itself: its workers' collections say what was selected."""
         if self._run is not None:
-            package = SUITES[self.run.spec.kind]
+            package = self.run.suite_package
             catalog(package)  # the controller imported no suite module yet
             self.selected = sorted(set(self.selected) | set(check_ids_of(ids, package)))
 
@@ -497,7 +569,7 @@ class Collector:
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
             missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings),
-            cleanup=list(self.cleanup))
+            cleanup=list(self.cleanup), suite=self.run.suite)
 
     def api_versions(self) -> dict[str, str]:
         if not self.run.spec.is_dra:
@@ -554,6 +626,24 @@ class Collector:
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
             f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
             f"{r.coverage_line()}")
+
+
+FAKELET_ALLOCATOR = "fakelet's allocator and scheduler (harness/controlplane/allocator.py), not kube-scheduler"
+
+
+def plane_runs_scheduler(plane: ControlPlane | None) -> bool:
+    """Whether the API server the checks use has a kube-scheduler beside it: this process's own local plane,
+    or the one `fakelet run` shared (what it announced for the reports' provenance)."""
+    if plane is None:
+        return False
+    described: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        described = plane.describe()
+    if "kube-scheduler" not in described:
+        with contextlib.suppress(ValueError):
+            described = json.loads(os.environ.get(provenance.PLANE_ENV) or "{}")
+    found = str(described.get("kube-scheduler", ""))
+    return bool(found) and not found.startswith("not running")
 
 
 def finding_kind(finding: str) -> str:

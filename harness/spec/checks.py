@@ -39,6 +39,18 @@ KIND_REASON = ("on a kind cluster: this check reads the kubelet's side of the gR
                "pod on a kind node shares")
 
 SUITES = {"device-plugin": "suites.dp", "dra": "suites.dra"}  # each subject kind's conformance checks
+# Suites chosen by name (`fakelet run --suite NAME`) instead of by the subject's kind, with the kind they are for.
+NAMED_SUITES = {"kep5970": ("dra", "suites.kep5970")}
+
+
+def suite_package(kind: str, suite: str | None = None) -> str:
+    """The pytest package a run's checks come from: a named suite, else the subject kind's own."""
+    return NAMED_SUITES[suite][1] if suite else SUITES[kind]
+
+
+def all_packages() -> list[str]:
+    """Every suite package, for the catalog digest and `fakelet checks`."""
+    return [*SUITES.values(), *(package for _, package in NAMED_SUITES.values())]
 
 
 def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False) -> Any:
