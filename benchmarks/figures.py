@@ -33,10 +33,12 @@ def record(entry_id: str, title: str, script: str, command: str, target: str, me
         "figures": [{"what": w, "value": v} for w, v in figures]}
     if note:
         entry["note"] = note
-    at = next((n for n, e in enumerate(entries) if e.get("id") == entry_id), None)
-    if at is None:
-        entries.append(entry)
-    else:
-        entries[at] = entry
-    dumped = yaml.safe_dump({"benchmarks": entries}, sort_keys=False, allow_unicode=True, width=120)
-    FIGURES.write_text(head + dumped)
+    if any(e.get("id") == entry_id for e in entries):
+        entries = [entry if e.get("id") == entry_id else e for e in entries]
+        FIGURES.write_text(head + yaml.safe_dump({"benchmarks": entries}, sort_keys=False, allow_unicode=True,
+                                                 width=120))
+        return
+    # A new entry goes at the end as text: the others keep their formatting (and their diffs stay small).
+    dumped = yaml.safe_dump([entry], sort_keys=False, allow_unicode=True, width=120)
+    FIGURES.write_text(text.rstrip("\n") + "\n" + "".join("  " + line if line.strip() else line
+                                                          for line in dumped.splitlines(True)))
