@@ -73,29 +73,63 @@ def control_plane() -> Iterator[Any]:
         cp.stop()
 
 
+SAMPLED_SCENARIO_TEST = "test_each_scenario_keeps_its_promises_on_the_fake_kubelet"
+SAMPLE_NOTE: list[str] = []  # what the sample took, for the header and the summary
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The kill matrix in the default run: what changed plus a fixed sample (tests/matrix_sample.py)."""
+    """The kill matrix and the scenarios in the default run: what changed plus a fixed sample
+    (tests/matrix_sample.py)."""
     import matrix_sample
 
     if matrix_sample.full():
         return
     keep, drop = [], []
+    taken = {"test_kill_matrix": [0, 0], "test_scenarios": [0, 0]}
     for item in items:
+        module = getattr(item.module, "__name__", "")
         params = getattr(getattr(item, "callspec", None), "params", {})
-        behaviour = params.get("defect") or params.get("behaviour")
-        if getattr(item.module, "__name__", "") != "test_kill_matrix" or behaviour is None:
+        if module == "test_kill_matrix" and (behaviour := params.get("defect") or params.get("behaviour")):
+            subject = params["subject"]
+            case = item.module.SPECS[subject].defects[behaviour]
+            sampled = matrix_sample.in_sample(subject, behaviour, matrix_sample.BENIGN_SAMPLE_ONE_IN) \
+                if not case.kills else (subject, behaviour) in _covering(item.module.SPECS)
+            wanted = sampled or matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
+        elif module == "test_scenarios" and item.originalname == SAMPLED_SCENARIO_TEST:
+            name = params["name"]
+            defects = [c.defect for n, c in item.module.FAKE_CASES if n == name]
+            wanted = matrix_sample.scenario_in_sample(name) or matrix_sample.scenario_touched(name, defects)
+        else:
             keep.append(item)  # every other test, and each reference subject's clean run
             continue
-        subject = params["subject"]
-        case = item.module.SPECS[subject].defects[behaviour]
-        if matrix_sample.in_sample(subject, behaviour) or \
-                matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules()):
-            keep.append(item)
-        else:
-            drop.append(item)
+        taken[module][0] += wanted
+        taken[module][1] += 1
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    since = matrix_sample.base() or "nothing"
+    SAMPLE_NOTE[:] = [f"{what}: {k} of {n} cases (a fixed sample and what changed since {since}; "
+                      "tox -e matrix runs all)" for what, (k, n) in
+                      (("kill matrix", taken["test_kill_matrix"]), ("scenarios", taken["test_scenarios"])) if n]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in SAMPLE_NOTE:
+        terminalreporter.write_line(line)
+
+
+_COVERING: list[frozenset[tuple[str, str]]] = []
+
+
+def _covering(specs: dict[str, Any]) -> frozenset[tuple[str, str]]:
+    """The kill matrix's mutants in the sample: the hash sample, and one that must fail each check."""
+    import matrix_sample
+
+    if not _COVERING:
+        _COVERING.append(matrix_sample.covering((s, d, c.kills) for s, spec in specs.items()
+                                                for d, c in spec.defects.items()))
+    return _COVERING[0]
 
 
 @functools.cache

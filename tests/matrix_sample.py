@@ -1,17 +1,21 @@
-"""Which kill-matrix cases a run takes: all of them in `tox -e matrix`, else what changed plus a fixed sample.
+"""Which kill-matrix and scenario cases a run takes: all of them in `tox -e matrix`, else what changed plus a
+fixed sample.
 
-The whole matrix is about 120 full `fakelet run`s, most of the default `tox`'s half hour. The default
-run keeps every reference subject's clean run (each check must still pass on it), a fixed third of
-the mutants and benign behaviours, chosen by a stable hash of their names so that every run takes the
-same ones, and every case that the change under test can touch:
+The whole matrix is about 120 full `fakelet run`s and the scenario library about 25 `fakelet scenario run`s,
+most of the default `tox`'s time. The default run keeps every reference subject's clean run (each check must
+still pass on it), a fixed share of the mutants, benign behaviours and scenarios, chosen by a stable hash of
+their names so that every run takes the same ones, and every case that the change under test can touch:
 
-- its behaviour's name appears in what changed of harness/reference/ or fixtures/subjects/ (a defect
-  written, renamed or retuned);
-- a check it must fail, or is limited to, is defined in a suites/ module that changed.
+- a kill-matrix case whose behaviour's name appears in what changed of harness/reference/ or
+  fixtures/subjects/ (a defect written, renamed or retuned), or whose checks (those it must fail, or is
+  limited to) are defined in a suites/ module that changed;
+- a scenario whose file changed, or whose defects appear in what changed of those paths.
 
-What changed is the diff against FAKELET_CHANGED_BASE (default HEAD~1: the last commit, or everything a
-merge brought in) plus the work tree. A change elsewhere (the fake kubelet, the launchers) reaches every
-case alike, and the sample and the clean runs stand for it; `tox -e matrix` (FAKELET_MATRIX=full) runs all.
+What changed is the diff against FAKELET_CHANGED_BASE, else against where HEAD left origin/main (a branch's
+commits), else HEAD~1 (the last commit, or everything a merge brought in), plus the work tree: each works on a
+fresh clone with nothing but its own history. A change elsewhere (the fake kubelet, the launchers) reaches
+every case alike, and the sample and the clean runs stand for it; `tox -e matrix` (FAKELET_MATRIX=full) runs
+all, and the default run says in its header how many it took and against which base.
 """
 
 from __future__ import annotations
@@ -26,17 +30,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FULL_ENV = "FAKELET_MATRIX"  # "full": every case
 BASE_ENV = "FAKELET_CHANGED_BASE"
-SAMPLE_ONE_IN = 3
-WATCHED = ("harness/reference/", "fixtures/subjects/", "suites/")
+SAMPLE_ONE_IN = 8  # an eighth of the kill matrix's mutants, beside one that must fail each check (covering)
+BENIGN_SAMPLE_ONE_IN = 3  # a third of its benign behaviours (a quarter by this hash took none of them)
+SCENARIO_SAMPLE_ONE_IN = 3  # a third of the scenarios run on the fake kubelet
+WATCHED = ("harness/reference/", "fixtures/subjects/", "suites/", "fixtures/scenarios/")
+UPSTREAM_REF = "origin/main"
 
 
 def full() -> bool:
     return os.environ.get(FULL_ENV, "").strip().lower() == "full"
 
 
-def in_sample(subject: str, behaviour: str) -> bool:
+def in_sample(subject: str, behaviour: str, one_in: int = SAMPLE_ONE_IN) -> bool:
     digest = hashlib.sha256(f"{subject}/{behaviour}".encode()).digest()
-    return digest[0] % SAMPLE_ONE_IN == 0
+    return digest[0] % one_in == 0
+
+
+def covering(cases: Iterable[tuple[str, str, Iterable[str]]]) -> frozenset[tuple[str, str]]:
+    """For each check some mutant must fail, one such mutant: (subject, behaviour) pairs.
+
+    Fixed like the hash sample: a check is covered by the sampled mutants if one kills it, else by the
+    first mutant that kills it in the order of their hashes. Every check then meets a mutant it must fail in
+    every default run, whatever share the hash sample takes.
+    """
+    def order(case: tuple[str, str, frozenset[str]]) -> str:
+        return hashlib.sha256(f"{case[0]}/{case[1]}".encode()).hexdigest()
+
+    ranked = sorted(((s, b, frozenset(k)) for s, b, k in cases), key=order)
+    chosen = {(s, b) for s, b, kills in ranked if kills and in_sample(s, b)}
+    covered = {k for s, b, kills in ranked if (s, b) in chosen for k in kills}
+    for check in sorted({k for *_, kills in ranked for k in kills} - covered):
+        if check in covered:
+            continue
+        subject, behaviour, kills = next(c for c in ranked if check in c[2])
+        chosen.add((subject, behaviour))
+        covered |= kills
+    return frozenset(chosen)
+
+
+def scenario_in_sample(name: str) -> bool:
+    return in_sample("scenario", name, SCENARIO_SAMPLE_ONE_IN)
 
 
 def _git(*args: str) -> str:
@@ -47,16 +80,42 @@ def _git(*args: str) -> str:
     return proc.stdout if proc.returncode == 0 else ""
 
 
+def _resolves(rev: str) -> str:
+    return _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+
+
+@cache
+def base() -> str | None:
+    """The commit the change is measured from (module docstring); None when there is none (a root commit)."""
+    given = os.environ.get(BASE_ENV)
+    if given:
+        return given
+    head = _resolves("HEAD")
+    if _resolves(UPSTREAM_REF):
+        fork = _git("merge-base", "HEAD", UPSTREAM_REF).strip()
+        if fork and fork != head:
+            return fork
+    return "HEAD~1" if _resolves("HEAD~1") else None
+
+
 @cache
 def changed() -> tuple[str, frozenset[str]]:
     """The added and removed lines of the watched paths, and the suites modules that changed."""
-    base = os.environ.get(BASE_ENV) or "HEAD~1"
-    diff = _git("diff", "--unified=0", base, "--", *WATCHED)
+    since = base()
+    if since is None:
+        return "", frozenset()
+    diff = _git("diff", "--unified=0", since, "--", *WATCHED)
     lines = "\n".join(line[1:] for line in diff.splitlines()
                       if line[:1] in "+-" and not line.startswith(("+++", "---")))
-    files = set(_git("diff", "--name-only", base, "--", "suites/").split())
-    modules = frozenset(f.removesuffix(".py").replace("/", ".") for f in files if f.endswith(".py"))
+    modules = frozenset(f.removesuffix(".py").replace("/", ".") for f in changed_files()
+                        if f.startswith("suites/") and f.endswith(".py"))
     return lines, modules
+
+
+@cache
+def changed_files() -> frozenset[str]:
+    since = base()
+    return frozenset(_git("diff", "--name-only", since, "--", *WATCHED).split()) if since else frozenset()
 
 
 def touched(behaviour: str, checks: Iterable[str], check_modules: dict[str, str]) -> bool:
@@ -66,6 +125,11 @@ def touched(behaviour: str, checks: Iterable[str], check_modules: dict[str, str]
     return any(check_modules.get(c) in modules for c in checks)
 
 
+def scenario_touched(name: str, defects: Iterable[str]) -> bool:
+    lines, _modules = changed()
+    return f"fixtures/scenarios/{name}.yaml" in changed_files() or any(d in lines for d in defects if d)
+
+
 def why_deselected() -> str:
-    return (f"outside the kill matrix's sample and untouched by the change (base "
-            f"{os.environ.get(BASE_ENV) or 'HEAD~1'}); tox -e matrix runs every case")
+    return (f"outside the kill matrix's sample and untouched by the change (base {base() or 'none'}); "
+            "tox -e matrix runs every case")

@@ -50,6 +50,9 @@ SPECS = {"reference-dp": SPEC, "reference-dra": DRA_SPEC, "reference-nvml": NVML
 CASES = [(name, None) for name in SPECS] + [(name, d) for name, spec in SPECS.items() for d in sorted(spec.defects)]
 RUN_TIMEOUT_S = 600  # a hung run is a failed test, not a hung suite
 REFERENCE_JOBS = "5"  # checks at once in a run under the kubelet's own bounds (the reference, benign behaviours)
+# Checks at once in a mutant's run, under its short bound. Given, not `auto`: a defect never timed on this machine
+# would get a worker per check (scheduler.auto_jobs), while three of these runs share 2 cores.
+MUTANT_JOBS = "4"
 # Seconds: long enough for a prompt plugin's reaction on a loaded CI machine. A process's start-up does not
 # count against it (its first Register call has the kubelet's 30 s: Profile.startup_s).
 MUTANT_REACTION_BOUND_S = "4"
@@ -125,10 +128,10 @@ def other_surfaces(spec: SubjectSpec) -> set[str]:
 def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool = False) -> list[str]:
     if not spec.is_dra:
         # The reference run's checks mostly wait (outages, quiet windows) under the kubelet's own bounds:
-        # more of them at once costs little CPU. Mutants keep two, under their short bound.
-        return ["--jobs", REFERENCE_JOBS] if reference else []
+        # more of them at once costs little CPU; the longest start first (harness/run/scheduler.py).
+        return ["--jobs", REFERENCE_JOBS if reference else MUTANT_JOBS]
     # Most of a DRA mutant run is waiting out bounds (T) on checks it fails: more jobs, same CPU.
-    return ["--jobs", "4", "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
+    return ["--jobs", MUTANT_JOBS, "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
 
 
 @pytest.mark.slow

@@ -6,11 +6,12 @@ import matrix_sample
 import pytest
 
 
-def test_the_sample_is_stable_and_about_a_third() -> None:
+def test_the_sample_is_stable_and_about_its_share() -> None:
     names = [f"behaviour-{n}" for n in range(300)]
     first = [n for n in names if matrix_sample.in_sample("reference-dp", n)]
     assert first == [n for n in names if matrix_sample.in_sample("reference-dp", n)]
-    assert 60 <= len(first) <= 140
+    share = 300 / matrix_sample.SAMPLE_ONE_IN
+    assert 0.6 * share <= len(first) <= 1.4 * share
 
 
 def test_a_case_is_touched_by_its_name_or_by_its_checks_module(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +28,43 @@ def test_full_means_every_case(monkeypatch: pytest.MonkeyPatch) -> None:
     assert matrix_sample.full()
     monkeypatch.setenv(matrix_sample.FULL_ENV, "")
     assert not matrix_sample.full()
+
+
+def test_a_scenario_is_touched_by_its_file_or_its_defects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matrix_sample, "changed", lambda: ('"no-reregister": Defect(kills=["DP-RST-02"])', frozenset()))
+    monkeypatch.setattr(matrix_sample, "changed_files",
+                        lambda: frozenset({"fixtures/scenarios/dp-checkpoint-lost-reboot.yaml"}))
+    assert matrix_sample.scenario_touched("dp-checkpoint-lost-reboot", [None])
+    assert matrix_sample.scenario_touched("dp-not-reregistered-after-kubelet-restart", [None, "no-reregister"])
+    assert not matrix_sample.scenario_touched("dra-getinfo-past-one-second", [None, "slow-getinfo"])
+
+
+def test_the_base_is_given_or_a_branchs_fork_or_the_last_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix_sample.base.cache_clear()
+    monkeypatch.setenv(matrix_sample.BASE_ENV, "abc123")
+    assert matrix_sample.base() == "abc123"
+    matrix_sample.base.cache_clear()
+    monkeypatch.delenv(matrix_sample.BASE_ENV)
+    answers = {("rev-parse", "--verify", "--quiet", "HEAD^{commit}"): "head\n",
+               ("rev-parse", "--verify", "--quiet", "origin/main^{commit}"): "main\n",
+               ("merge-base", "HEAD", "origin/main"): "fork\n",
+               ("rev-parse", "--verify", "--quiet", "HEAD~1^{commit}"): "parent\n"}
+    monkeypatch.setattr(matrix_sample, "_git", lambda *args: answers.get(args, ""))
+    assert matrix_sample.base() == "fork"  # a branch: every commit it adds to origin/main
+    matrix_sample.base.cache_clear()
+    answers[("merge-base", "HEAD", "origin/main")] = "head\n"
+    assert matrix_sample.base() == "HEAD~1"  # main itself (CI's fresh clone): the last commit
+    matrix_sample.base.cache_clear()
+    del answers[("rev-parse", "--verify", "--quiet", "HEAD~1^{commit}")]
+    assert matrix_sample.base() is None  # a root commit: the sample alone
+    matrix_sample.base.cache_clear()
+
+
+def test_the_covering_sample_has_a_mutant_for_every_check() -> None:
+    cases = [("reference-dp", f"mutant-{n}", [f"DP-X-{n % 7:02d}", f"DP-Y-{n % 5:02d}"]) for n in range(40)]
+    cases += [("reference-dp", "benign", [])]
+    chosen = matrix_sample.covering(cases)
+    assert chosen == matrix_sample.covering(list(reversed(cases)))  # fixed, whatever the order
+    assert {k for s, b, kills in cases if (s, b) in chosen for k in kills} == {k for *_, ks in cases for k in ks}
+    assert ("reference-dp", "benign") not in chosen
+    assert len(chosen) < len(cases) / 2

@@ -45,7 +45,7 @@ from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, explorecli, fidelity, matrix, provenance, scenariocli, shards
+from harness.run import certify, explorecli, fidelity, matrix, provenance, scenariocli, scheduler, shards
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -156,9 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_world_flags(run)
     run.add_argument("--check", action="append", default=[], metavar="ID", help="run only this check (repeatable)")
     run.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
-    run.add_argument("-j", "--jobs", type=int, default=2,
-                     help=f"checks run in parallel, each in its own sandbox (default 2, at most {max_jobs()}; "
-                          "1 for strictly serial)")
+    run.add_argument("-j", "--jobs", type=jobs_value, default=AUTO_JOBS, metavar="N|auto",
+                     help=f"checks run in parallel, each in its own sandbox (default auto: enough that the longest "
+                          f"check bounds the run, longest first; at most {max_jobs()}; 1 for strictly serial)")
     run.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     run.add_argument("--require", action="append", default=[], metavar="ID|AREA",
                      help="a check ID or area (DP-HLT) that must be exercised: not exercised fails the run")
@@ -281,8 +281,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def max_jobs() -> int:
-    # Each job runs a kubelet, a plugin and often a fake backend: more than a few per core only thrashes.
-    return 4 * (os.cpu_count() or 1)
+    # Each job runs a kubelet, a plugin and often a fake backend, but mostly waits on a bound: the limit is
+    # the scheduler's (harness/run/scheduler.py JOBS_PER_CPU).
+    return scheduler.max_jobs()
+
+
+AUTO_JOBS = None  # `--jobs auto`: sized per run from the checks' expected durations (scheduler.auto_jobs)
+
+
+def jobs_value(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return AUTO_JOBS
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of checks at once, or auto") from None
+
+
+def check_jobs(jobs: int | None) -> None:
+    if jobs is not AUTO_JOBS and not 1 <= jobs <= max_jobs():
+        raise UsageError(f"--jobs {jobs}: must be between 1 and {max_jobs()} ({scheduler.JOBS_PER_CPU} per CPU), "
+                         "or auto")
+
+
+def jobs_for(args: argparse.Namespace, run: RunConfig) -> int:
+    """--jobs as given, or for auto: the longest check alone on one worker, the rest packed beside it."""
+    if args.jobs is not AUTO_JOBS:
+        return int(args.jobs)
+    selected = run.checks or list(catalog(run.suite_package))
+    key = scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run))
+    estimate = scheduler.estimates_for(key)
+    return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key, selected))
 
 
 def check_ids(args: argparse.Namespace, packages: set[str]) -> None:
@@ -371,8 +400,7 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
         raise UsageError("--defect applies to one --subject")
     if args.image and len(args.subject) > 1:
         raise UsageError("--image applies to one --subject")
-    if not 1 <= args.jobs <= max_jobs():
-        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+    check_jobs(args.jobs)
     runs = [build_run(args, name, args.out) for name in subject_names(args)]
     check_ids(args, {r.suite_package for r in runs})
     if args.check:
@@ -393,12 +421,15 @@ def write_config(run: RunConfig, out: Path, directory: Path) -> Path:
 
 def pytest_argv(args: argparse.Namespace, run: RunConfig, config: Path) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "--pyargs", run.suite_package, "-p", "no:cacheprovider",
+            # Plugins no check uses: faker's and hypothesis's import about 2 s of CPU into every xdist worker.
+            "-p", "no:faker", "-p", "no:hypothesispytest",
             "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
             "--fakelet-config", str(config)]
     # One kind cluster, one node: its checks take turns (each restarts that node's kubelet).
     # A named suite tells one story in one process (harness/world/kepworld.py): no workers.
-    if args.jobs > 1 and run.cluster is None and run.suite is None:
-        argv += ["-p", "xdist", "-n", str(args.jobs)]
+    jobs = jobs_for(args, run) if run.suite is None else 1
+    if jobs > 1 and run.cluster is None:
+        argv += ["-p", "xdist", "-n", str(jobs)]
     return argv
 
 
@@ -855,7 +886,7 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
     if not 1 <= args.jobs <= max_jobs():
-        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+        raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} ({scheduler.JOBS_PER_CPU} per CPU)")
     # Named here: a bad bound would otherwise surface from the first mutant's run as --reaction-bound's error.
     check_number("--mutant-bound", args.mutant_bound, 0, PROFILES[args.profile].reaction_s, low_open=True)
     if args.defect and not args.subject:
@@ -936,7 +967,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             shutil.rmtree(stage, ignore_errors=True)
     else:
         if not 1 <= args.jobs <= max_jobs():
-            raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} (4 per CPU)")
+            raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} "
+                             f"({scheduler.JOBS_PER_CPU} per CPU)")
         matrix.plan(args)  # every cell valid before the old table goes
         if args.shard:
             shards.parse_shard(args.shard)

@@ -40,7 +40,7 @@ from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import provenance
+from harness.run import provenance, scheduler
 from harness.run.stopping import StopSignals
 from harness.spec.checks import (
     KIND_REASON,
@@ -429,6 +429,24 @@ class Collector:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected = [m.kwargs["id"] for i in session.items if (m := _marker(i))]
 
+    def _timing_key(self) -> str:
+        return scheduler.run_key(self.run.spec.name, self.run.defect, scheduler.timing_label(self.run))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        """A check run (`fakelet run -j N`) starts its longest checks first (harness/run/scheduler.py)."""
+        if self._run is None or config.getvalue("dist") != "load":
+            return None
+        package = self.run.suite_package
+        catalog(package)
+        estimate = scheduler.estimates_for(self._timing_key())
+
+        def of_nodeid(nodeid: str) -> float:
+            ids = check_ids_of([nodeid], package)
+            return max((estimate(i) for i in ids), default=scheduler.DEFAULT_ESTIMATE_S)
+
+        return scheduler.LongestFirst(of_nodeid, log)
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The xdist controller collects nothing itself: its workers' collections say what was selected."""
@@ -594,6 +612,10 @@ class Collector:
             report = self.subject_report()
             provenance.finish(self.run, report, self.provenance_start)
             write_all(report, self.run.out)
+            if not self.interrupted and self.run.node == "fake":
+                # What each check took, for the next run's order (an error's time says nothing of the check).
+                scheduler.learn(self._timing_key(), {c.id: c.duration_s for c in report.checks
+                                                     if c.verdict not in (ERROR, SKIP, PENDING)})
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.results:
