@@ -241,14 +241,27 @@ def reports_of(files: dict[str, bytes], where: str) -> list[SubjectReport]:
     return load_report_json(data, f"{where}: reports/report.json")
 
 
+def _shared_lines(reports: list[SubjectReport]) -> dict[str, str]:
+    """Provenance lines by label; for several subjects, each label's distinct values joined with "; " (one run
+    has one fakelet and one host, and a kubelet per subject kind)."""
+    values: dict[str, list[str]] = {}
+    for report in reports:
+        for line in provenance_lines(report.provenance):
+            label, _, value = line.partition(": ")
+            if value not in values.setdefault(label, []):
+                values[label].append(value)
+    if len(reports) > 1:
+        values.pop("subject", None)  # each subject's own line: the verdict line names them all
+    return {label: f"{label}: {'; '.join(v)}" for label, v in values.items()}
+
+
 def verify(bundle: Path, allowed: Path | None) -> list[str]:
     """The five lines `fakelet verify` prints; Mismatch or BundleError when the bundle does not verify."""
     files = read(bundle)
     count = check_manifest(files)
     signature = check_signature(files, allowed)
     reports = reports_of(files, str(bundle))
-    prov = provenance_lines(reports[0].provenance) if len(reports) == 1 else []
-    by = {line.split(": ", 1)[0]: line for line in prov}
+    by = _shared_lines(reports)
     status = reports[0].coverage_line() if len(reports) == 1 else run_status(reports)
     subjects = by.get("subject") or "subject: " + ", ".join(
         f"{r.subject}{f' [defect {r.defect}]' if r.defect else ''} {r.status()}" for r in reports)

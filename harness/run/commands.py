@@ -404,8 +404,10 @@ def configs(args: argparse.Namespace) -> list[RunConfig]:
     runs = [build_run(args, name, args.out) for name in subject_names(args)]
     check_ids(args, {r.suite_package for r in runs})
     if args.check:
-        # `--check DP-...` over every reference subject runs only the subjects those checks are for.
-        runs = [r for r in runs if set(args.check) & set(catalog(r.suite_package))]
+        # `--check DP-...` over every reference subject runs only the subjects those checks are for, each with
+        # only its own: a device plugin's check run would refuse a DRA check's ID as unknown.
+        runs = [dataclasses.replace(r, checks=[c for c in r.checks if c in catalog(r.suite_package)])
+                for r in runs if set(args.check) & set(catalog(r.suite_package))]
     return runs
 
 
