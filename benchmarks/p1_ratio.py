@@ -12,18 +12,14 @@ figure with a goal. Every verdict must still be a pass: a faster run that judged
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+import fakeletrun  # benchmarks/fakeletrun.py: a script's own directory is on its path
+
 GOAL = 1.1  # full profile wall / its longest check's wall
-ABORT_GRACE_S = 30.0
 
 
 def _term_to_interrupt(signum: int, frame: object) -> None:
@@ -31,34 +27,15 @@ def _term_to_interrupt(signum: int, frame: object) -> None:
 
 
 def timed_run(subject: str, jobs: str, extra: list[str], verbose: bool) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="fakelet-bench-p1r-"))
-    try:
-        argv = [sys.executable, "-m", "harness.run.cli", "run", "--subject", subject, "--profile", "fast",
-                "--jobs", jobs, "--out", str(out), *extra]
-        load = os.getloadavg()[0]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=None if verbose else subprocess.DEVNULL, start_new_session=True)
-        try:
-            code = proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(ABORT_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        wall = time.monotonic() - t0
-        report = json.loads((out / "report.json").read_text())
-        checks = report["checks"]
-        longest = max(checks, key=lambda c: c["duration_s"])
-        not_passed = sorted(c["id"] for c in checks if c["verdict"] not in ("pass", "not-exercised"))
-        return {"subject": subject, "jobs": jobs, "wall_s": wall, "pytest_s": report["duration_s"],
-                "longest": longest["id"], "longest_s": longest["duration_s"], "ratio": wall / longest["duration_s"],
-                "sum_s": sum(c["duration_s"] for c in checks), "code": code, "not_passed": not_passed,
-                "load": (load + os.getloadavg()[0]) / 2}
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    run = fakeletrun.timed_run(["--subject", subject, "--profile", "fast", "--jobs", jobs, *extra], verbose,
+                               "fakelet-bench-p1r-")
+    checks = run.report["checks"]
+    longest = max(checks, key=lambda c: c["duration_s"])
+    not_passed = sorted(c["id"] for c in checks if c["verdict"] not in ("pass", "not-exercised"))
+    return {"subject": subject, "jobs": jobs, "wall_s": run.wall_s, "pytest_s": run.report["duration_s"],
+            "longest": longest["id"], "longest_s": longest["duration_s"], "ratio": run.wall_s / longest["duration_s"],
+            "sum_s": sum(c["duration_s"] for c in checks), "code": run.code, "not_passed": not_passed,
+            "load": run.load}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,19 +13,15 @@ one (none missing, none a harness error), judged against the kubelet's bound.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
+import fakeletrun  # benchmarks/fakeletrun.py: a script's own directory is on its path
+
 GOAL_S = 120.0
-ABORT_GRACE_S = 30.0
 # A plugin that never registers: it starts and sleeps, longer than any run.
 NEVER_REGISTERS = ["--plugin-cmd", "sleep 900", "--resource", "example.com/never"]
 DEFAULT_CASES = {"never-registers": NEVER_REGISTERS,
@@ -38,30 +34,11 @@ def _term_to_interrupt(signum: int, frame: object) -> None:
 
 
 def timed(case: list[str], jobs: str, verbose: bool) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="fakelet-bench-p1b-"))
-    try:
-        argv = [sys.executable, "-m", "harness.run.cli", "run", *case, "--jobs", jobs, "--out", str(out)]
-        load = os.getloadavg()[0]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=None if verbose else subprocess.DEVNULL, start_new_session=True)
-        try:
-            code = proc.wait()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(ABORT_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-        wall = time.monotonic() - t0
-        report = json.loads((out / "report.json").read_text())
-        verdicts = Counter(c["verdict"] for c in report["checks"])
-        return {"wall_s": wall, "code": code, "verdicts": dict(verdicts), "missing": report.get("missing", []),
-                "longest_s": max((c["duration_s"] for c in report["checks"]), default=0.0),
-                "load": (load + os.getloadavg()[0]) / 2}
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    run = fakeletrun.timed_run([*case, "--jobs", jobs], verbose, "fakelet-bench-p1b-")
+    checks = run.report["checks"]
+    return {"wall_s": run.wall_s, "code": run.code, "verdicts": dict(Counter(c["verdict"] for c in checks)),
+            "missing": run.report.get("missing", []),
+            "longest_s": max((c["duration_s"] for c in checks), default=0.0), "load": run.load}
 
 
 def main(argv: list[str] | None = None) -> int:
