@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from harness.config.runconfig import RunConfig
@@ -81,23 +82,37 @@ def busybox_image(docker_engine: str) -> str:
         pytest.skip(str(err))
 
 
-def _containers(**labels: str) -> list[str]:
+def _binds_under(attrs: dict, under: Path | None) -> bool:
+    """Whether a container binds a host path under `under`: a run's sandbox lives in its TMPDIR, so this tells
+    one test's containers from another's running beside it with the same subject label."""
+    return under is None or any(str(m.get("Source", "")).startswith(f"{under}/") for m in attrs.get("Mounts") or [])
+
+
+def _containers(under: Path | None = None, **labels: str) -> list[str]:
     found = engine.client()
     try:
         wanted = [f"{k}={v}" if v else k for k, v in labels.items()]
-        return [c.name for c in found.containers.list(all=True, filters={"label": wanted})]
+        return [c.name for c in found.containers.list(all=True, filters={"label": wanted})
+                if _binds_under(c.attrs, under)]
     finally:
         found.close()
 
 
-def _wait_container_start(subject: str, since: float) -> None:
-    """Block until a container of `subject` starts (the engine's event stream), bounded."""
+def _wait_container_start(subject: str, since: float, under: Path | None = None) -> None:
+    """Block until a container of `subject` (with its sandbox under `under`) starts (the engine's event stream),
+    bounded."""
     found = engine.client()
     try:
         until = since + EVENT_WAIT_S
-        for _ in found.events(since=int(since), until=int(until) + 1, decode=True,
-                              filters={"type": "container", "event": "start", "label": f"{SUBJECT_LABEL}={subject}"}):
-            return
+        for event in found.events(since=int(since), until=int(until) + 1, decode=True,
+                                  filters={"type": "container", "event": "start",
+                                           "label": f"{SUBJECT_LABEL}={subject}"}):
+            try:
+                attrs = found.api.inspect_container(event["id"])
+            except docker.errors.NotFound:
+                continue  # gone already: another test's, or one the test under way will say more about
+            if _binds_under(attrs, under):
+                return
     finally:
         found.close()
     raise AssertionError(f"no container of {subject} started within {EVENT_WAIT_S}s")
@@ -183,7 +198,7 @@ def test_no_container_is_left_behind(busybox_image: str, tmp: Path, tmp_path: Pa
     proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", *args], env=dict(os.environ, TMPDIR=str(tmp)),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_container_start(subject, since)
+        _wait_container_start(subject, since, tmp)
         os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.kill()
         proc.communicate(timeout=120)
     finally:
@@ -192,13 +207,14 @@ def test_no_container_is_left_behind(busybox_image: str, tmp: Path, tmp_path: Pa
             proc.wait()
     if sig == signal.SIGINT:
         assert proc.returncode == 130
-        assert _containers(**{SUBJECT_LABEL: subject}) == []
+        assert _containers(tmp, **{SUBJECT_LABEL: subject}) == []
         return
     # SIGKILL: the run had no say. Its check process tears down on its parent's death; whatever it
     # could not remove, the next run sweeps (test_the_sweep_removes_only_dead_runs_containers).
     again = _fakelet(tmp, "run", "--check", "DP-REG-02", "--out", str(tmp_path / "again"), timeout=180)
     assert again.returncode == 0, again.stderr
-    assert _containers(**{SUBJECT_LABEL: subject}) == []
+    # This run's container only: the SIGINT case beside it may have one of the same subject alive.
+    assert _containers(tmp, **{SUBJECT_LABEL: subject}) == []
 
 
 def test_the_sweep_removes_only_dead_runs_containers(busybox_image: str) -> None:
