@@ -35,6 +35,17 @@ class AllocationError(RuntimeError):
     """The claim cannot be allocated; str(err) is a one-line reason."""
 
 
+
+def _allocated_nodes(allocation: dict) -> set[str]:
+    """The nodes an allocation's nodeSelector names by metadata.name (as this allocator writes it); none for an
+    allocation without one."""
+    names: set[str] = set()
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field in term.get("matchFields") or []:
+            if field.get("key") == NODE_NAME_FIELD and field.get("operator") == "In":
+                names.update(field.get("values") or [])
+    return names
+
 def _meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
 
@@ -140,12 +151,18 @@ class Allocator:
             raise AllocationError(f"no complete pool of driver {driver} on node {node}: {'; '.join(incomplete)}")
         return complete
 
-    def _in_use(self, except_uid: str) -> set[tuple[str, str, str]]:
+    def _in_use(self, except_uid: str, node: str) -> set[tuple[str, str, str]]:
+        """Devices other claims hold. A claim this allocator placed on another node does not count: the checks
+        sharing one API server are each a node of their own world, and a driver that names its pool the same on
+        every node (pydra's) would otherwise find its one device taken by a check running beside it."""
         used: set[tuple[str, str, str]] = set()
         for claim in self.client.list(f"{RESOURCE_API}/resourceclaims"):
             if _meta(claim).get("uid") == except_uid:
                 continue
             allocation = (claim.get("status") or {}).get("allocation") or {}
+            nodes = _allocated_nodes(allocation)
+            if nodes and node not in nodes:
+                continue
             for r in (allocation.get("devices") or {}).get("results") or []:
                 used.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
         return used
@@ -200,7 +217,7 @@ class Allocator:
     def _allocation(self, claim: dict, node: str, driver: str) -> dict[str, Any]:
         ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
         pools = self._complete_pools(driver, node)
-        used = self._in_use(_meta(claim).get("uid", ""))
+        used = self._in_use(_meta(claim).get("uid", ""), node)
         rules = self._rules()
         results: list[dict[str, str]] = []
         for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or []:
