@@ -86,15 +86,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     keep, drop = [], []
     taken = {"test_kill_matrix": [0, 0], "test_scenarios": [0, 0]}
+    kills_only = 0
     for item in items:
         module = getattr(item.module, "__name__", "")
         params = getattr(getattr(item, "callspec", None), "params", {})
         if module == "test_kill_matrix" and (behaviour := params.get("defect") or params.get("behaviour")):
             subject = params["subject"]
             case = item.module.SPECS[subject].defects[behaviour]
-            sampled = matrix_sample.in_sample(subject, behaviour, matrix_sample.BENIGN_SAMPLE_ONE_IN) \
-                if not case.kills else (subject, behaviour) in _covering(item.module.SPECS)
-            wanted = sampled or matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
+            touched = matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
+            if not case.kills:
+                wanted = touched or matrix_sample.in_sample(subject, behaviour, matrix_sample.BENIGN_SAMPLE_ONE_IN)
+            else:
+                whole = touched or matrix_sample.in_sample(subject, behaviour)
+                wanted = whole or (subject, behaviour) in _covering(item.module.SPECS)
+                # A mutant taken only so that each check meets one it must fail runs just those checks: that it
+                # is caught is what it is there for; that it fails nothing else is the hash sample's and
+                # tox -e matrix's to show (each check runs clean on the reference subject's run anyway).
+                item.stash[matrix_sample.KILLS_ONLY] = not whole
+                kills_only += wanted and not whole
         elif module == "test_scenarios" and item.originalname == SAMPLED_SCENARIO_TEST:
             name = params["name"]
             defects = [c.defect for n, c in item.module.FAKE_CASES if n == name]
@@ -112,6 +121,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     SAMPLE_NOTE[:] = [f"{what}: {k} of {n} cases (a fixed sample and what changed since {since}; "
                       "tox -e matrix runs all)" for what, (k, n) in
                       (("kill matrix", taken["test_kill_matrix"]), ("scenarios", taken["test_scenarios"])) if n]
+    if kills_only:
+        SAMPLE_NOTE.append(f"kill matrix: {kills_only} mutant(s) taken to cover a check run only the checks they "
+                           "must fail")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -11,6 +11,10 @@ their names so that every run takes the same ones, and every case that the chang
   limited to) are defined in a suites/ module that changed;
 - a scenario whose file changed, or whose defects appear in what changed of those paths.
 
+A mutant in the hash sample or touched by the change runs every check (it must fail exactly its own); one
+taken only to cover a check runs just the checks it must fail (`KILLS_ONLY`), which costs seconds instead of a
+whole profile.
+
 What changed is the diff against FAKELET_CHANGED_BASE, else against where HEAD left origin/main (a branch's
 commits), else HEAD~1 (the last commit, or everything a merge brought in), plus the work tree: each works on a
 fresh clone with nothing but its own history. A change elsewhere (the fake kubelet, the launchers) reaches
@@ -27,6 +31,8 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FULL_ENV = "FAKELET_MATRIX"  # "full": every case
 BASE_ENV = "FAKELET_CHANGED_BASE"
@@ -35,6 +41,7 @@ BENIGN_SAMPLE_ONE_IN = 3  # a third of its benign behaviours (a quarter by this 
 SCENARIO_SAMPLE_ONE_IN = 3  # a third of the scenarios run on the fake kubelet
 WATCHED = ("harness/reference/", "fixtures/subjects/", "suites/", "fixtures/scenarios/")
 UPSTREAM_REF = "origin/main"
+KILLS_ONLY = pytest.StashKey[bool]()  # a covering-only mutant's test runs only the checks it must fail
 
 
 def full() -> bool:

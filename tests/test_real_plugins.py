@@ -29,10 +29,9 @@ RUN_TIMEOUT_S = 1500  # includes a cold Go build of k8s.io/kubernetes code
 def run_subject(subject: str, profile: str, out_name: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = OUT / out_name
     proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", subject,
-                           # 4 at once, not --jobs auto's one per check: real drivers that name their pool the same
-                           # on every node (pydra) meet the other checks' claims and taint rules on the shared API
-                           # server, and the more run at once, the more a verdict depends on its neighbours.
-                           "--profile", profile, "--jobs", "4", "--out", str(out)],
+                           # --jobs auto, as users run it: checks beside each other on the shared API server must
+                           # not meet each other's claims or taint rules, even for pydra's one pool name per node.
+                           "--profile", profile, "--out", str(out)],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     print(proc.stdout)
     # 0 conformant, 1 not conformant, 3 incomplete (the subject cannot be built here): never a harness error.

@@ -50,6 +50,10 @@ from harness.wire import (
 DRIVER = "gpu.fakelet.example.com"
 REFRESH_S = 0.5
 WAIT_S = 10.0  # generous for a loaded CI machine; every wait ends as soon as its event comes
+# A SIGTERM'd driver has a pod's default grace to exit (k8s.io/api core/v1 DefaultTerminationGracePeriodSeconds).
+# Its own shutdown is bounded below that (stop_registrar and stop_dra wait at most 5 s per server), but not below
+# WAIT_S: a loaded CI machine once took longer than 10 s.
+STOP_S = 30.0
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 
 
@@ -115,7 +119,13 @@ class Driver:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.wait_exit()
+        try:
+            return self.wait_exit(STOP_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the driver did not exit within {STOP_S:g} s of signal {sig}; its log ends:\n"
+                                 f"{''.join(self.lines[-30:])}") from None
 
     def channel(self) -> grpc.Channel:
         return insecure_unix_channel(str(self.plugin_dir / "dra.sock"))

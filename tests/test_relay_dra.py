@@ -60,10 +60,14 @@ class Rig:
                                  WAIT_S, f"{kind} {data}", since)
 
     def close(self) -> None:
-        if self.driver.proc is not None and self.driver.proc.poll() is None:
-            self.driver.stop()
-        self.relay.close()
-        self.node.close()
+        try:
+            if self.driver.proc is not None and self.driver.proc.poll() is None:
+                self.driver.stop()
+        finally:
+            try:
+                self.relay.close()
+            finally:
+                self.node.close()
 
 
 @pytest.fixture

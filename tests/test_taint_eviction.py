@@ -144,3 +144,22 @@ def test_a_template_claim_runs_and_goes_with_its_pod(control_plane):
     finally:
         env.close()
 
+
+
+def test_checks_that_write_taint_rules_get_an_api_server_of_their_own():
+    """A DeviceTaintRule selects devices by driver, pool and name on every node: on the run's shared API server a
+    driver with one pool name on every node (pydra) had one check's rule taint, and the eviction controller act
+    on, the devices of checks beside it. Such checks are marked cluster_objects, which gives each a private one."""
+    import inspect
+
+    from harness.spec.checks import CHECK_MODULES, CLUSTER_OBJECTS, catalog
+
+    catalog("suites.dra")
+    writers = set()
+    for module_name in set(CHECK_MODULES.values()):
+        for fn in vars(sys.modules[module_name]).values():
+            marks = [m for m in getattr(fn, "pytestmark", []) if m.name == "fakelet_check"]
+            if marks and callable(fn) and "taint_rules.add" in inspect.getsource(fn):
+                writers.add(marks[0].kwargs["id"])
+    assert writers == {"DRA-TNT-02", "DRA-TNT-03"}
+    assert writers <= CLUSTER_OBJECTS

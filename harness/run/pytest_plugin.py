@@ -225,14 +225,15 @@ class Collector:
             finally:
                 report_env(request, env)
 
-    def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None) -> NodeAccess:
+    def _real_node(self, request: pytest.FixtureRequest, mark: pytest.Mark | None,
+                   plane_of_check: tuple[ControlPlane | None, str] | None = None) -> NodeAccess:
         """Where the real kubelet joins, or end the check: not exercised there, or skipped with why not."""
         # Every DP and DRA check runs there, through the relays (harness/node/relay); one that needs a
         # fault only the fake kubelet injects ends as not exercised when it asks for it (NotOnRealKubelet).
         why = realnode_unavailable()
         if why:
             pytest.skip(f"real kubelet: {why}")
-        plane, why = request.getfixturevalue("fakelet_control_plane")
+        plane, why = plane_of_check or request.getfixturevalue("fakelet_control_plane")
         if plane is None:
             pytest.skip(f"real kubelet: no API server to join ({why})")
         return NodeAccess(plane.kubeconfig, plane.client())
@@ -289,6 +290,25 @@ class Collector:
         finally:
             plane.stop()
 
+    @contextlib.contextmanager
+    def _plane_of_check(self, shared: tuple[ControlPlane | None, str],
+                        mark: pytest.Mark | None) -> Iterator[tuple[ControlPlane | None, str]]:
+        """The run's shared API server, or, for a check that writes cluster-wide objects (CLUSTER_OBJECTS in
+        harness/spec/checks.py) on a local one, an API server of its own for the check's lifetime."""
+        if mark is None or not mark.kwargs.get("cluster_objects") or self.run.control_plane != "local" \
+                or shared[0] is None:
+            yield shared
+            return
+        try:
+            plane = open_control_plane("local").start()
+        except ControlPlaneUnavailable as err:
+            yield None, str(err)
+            return
+        try:
+            yield plane, ""
+        finally:
+            plane.stop()
+
     @pytest.fixture
     def dra_env(self, request: pytest.FixtureRequest,
                 fakelet_control_plane: tuple[ControlPlane | None, str]) -> Iterator[DRAEnv]:
@@ -297,10 +317,15 @@ class Collector:
         artifacts = self.run.out / "artifacts" / check_id if self.run.out else None
         if self.run.cluster == "kind":
             not_exercised(KIND_REASON)
+        with self._plane_of_check(fakelet_control_plane, mark) as plane_of_check:
+            yield from self._dra_env(request, mark, artifacts, plane_of_check)
+
+    def _dra_env(self, request: pytest.FixtureRequest, mark: pytest.Mark | None, artifacts: Path | None,
+                 plane_of_check: tuple[ControlPlane | None, str]) -> Iterator[DRAEnv]:
         # On the real kubelet every DRA check runs through the DRA relay (harness/node/relay/dra.py); one that
         # needs a fault only the fake kubelet injects ends as not exercised when it asks for it.
-        real_node = self._real_node(request, mark) if self.run.node == "real" else None
-        plane, why = fakelet_control_plane
+        real_node = self._real_node(request, mark, plane_of_check) if self.run.node == "real" else None
+        plane, why = plane_of_check
         try:
             binary = self.run.resolve_binary()
             env = DRAEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,

@@ -30,6 +30,11 @@ CHECK_MODULES: dict[str, str] = {}  # check ID -> the module that defines it
 # device-plugin check runs on the real kubelet (`fakelet run --node real`, `fakelet fidelity`), the others
 # through the relay that records the wire there (harness/node/relay).
 REAL_KUBELET: set[str] = set()
+# Checks that write cluster-wide objects selecting devices by driver, pool and name (DeviceTaintRules). The
+# checks of a run share one local API server, each a node of its own; a driver that names its pool the same on
+# every node (kubernetes-pydra) would have such a rule taint, and kube-controller-manager evict, the devices of
+# every check running beside it. So each of these gets a local API server of its own (about 4 s to start).
+CLUSTER_OBJECTS: set[str] = set()
 
 
 # Of those, the ones that run on a kind cluster (`fakelet run --cluster kind`): they need nothing of this
@@ -53,7 +58,10 @@ def all_packages() -> list[str]:
     return [*SUITES.values(), *(package for _, package in NAMED_SUITES.values())]
 
 
-def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False) -> Any:
+def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False,
+          cluster_objects: bool = False) -> Any:
+    """`cluster_objects`: the check writes objects that select devices across nodes (DeviceTaintRules), so on a
+    local API server it gets one of its own instead of the run's shared one (see CLUSTER_OBJECTS)."""
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
     if check_id in CATALOG:
@@ -62,7 +70,10 @@ def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, 
     CHECK_MODULES[check_id] = sys._getframe(1).f_globals.get("__name__", "")
     if real_kubelet:
         REAL_KUBELET.add(check_id)
-    return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet, kind=kind)
+    if cluster_objects:
+        CLUSTER_OBJECTS.add(check_id)
+    return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet, kind=kind,
+                                     cluster_objects=cluster_objects)
 
 
 def catalog(suite_package: str) -> dict[str, tuple[str, str]]:

@@ -173,7 +173,7 @@ def _evicted_cleanly(env: DRAEnv, pod: dict, claim: dict, since: int) -> Event:
 
 
 @check("DRA-TNT-02", MUST, "a NoExecute taint evicts pods that do not tolerate it (after tolerationSeconds when "
-       "set); the kubelet unprepares each claim once and the driver unprepares it cleanly")
+       "set); the kubelet unprepares each claim once and the driver unprepares it cleanly", cluster_objects=True)
 def test_eviction(dra_env: DRAEnv) -> None:
     env = dra_env
     env.need_controllers()
@@ -218,7 +218,7 @@ def test_eviction(dra_env: DRAEnv) -> None:
 
 
 @check("DRA-TNT-03", MUST, "a claim allocated while a device carries a NoSchedule or NoExecute taint never lands "
-       "on it; a claim that tolerates the taint may, and prepares")
+       "on it; a claim that tolerates the taint may, and prepares", cluster_objects=True)
 def test_tainted_device_not_allocated(dra_env: DRAEnv) -> None:
     env = dra_env
     published(env)

@@ -150,8 +150,11 @@ def render() -> str:
             for check_id, (fn, kwargs) in sorted(marks.items()):
                 level, title = entries[check_id]
                 r = reads.get(fn, Reads())
+                needs = sorted(r.needs)
+                if kwargs.get("cluster_objects"):
+                    needs.append("an API server of its own when local (it writes DeviceTaintRules)")
                 rows.append([f"**{check_id}**", level, cell(title), code(module.replace(".", "/") + ".py"),
-                             cell("; ".join(sorted(r.needs))), _bounds(r, UPSTREAM),
+                             cell("; ".join(needs)), _bounds(r, UPSTREAM),
                              _kubelets(kind, kwargs, r)])
         rows.sort(key=lambda row: row[0])
         out += table(["ID", "level", "what", "module", "needs", "bounds", "kubelets"], rows)
