@@ -74,6 +74,7 @@ def control_plane() -> Iterator[Any]:
 
 
 SAMPLED_SCENARIO_TEST = "test_each_scenario_keeps_its_promises_on_the_fake_kubelet"
+SAMPLED_REAL_SCENARIO_TEST = "test_each_scenario_gives_its_verdict_on_the_real_kubelet"
 SAMPLE_NOTE: list[str] = []  # what the sample took, for the header and the summary
 
 
@@ -85,12 +86,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if matrix_sample.full():
         return
     keep, drop = [], []
-    taken = {"test_kill_matrix": [0, 0], "test_scenarios": [0, 0]}
+    taken = {"kill matrix": [0, 0], "scenarios": [0, 0], "scenarios on the real kubelet": [0, 0]}
     kills_only = 0
     for item in items:
         module = getattr(item.module, "__name__", "")
         params = getattr(getattr(item, "callspec", None), "params", {})
         if module == "test_kill_matrix" and (behaviour := params.get("defect") or params.get("behaviour")):
+            group = "kill matrix"
             subject = params["subject"]
             case = item.module.SPECS[subject].defects[behaviour]
             touched = matrix_sample.touched(behaviour, [*case.kills, *(case.checks or [])], _check_modules())
@@ -105,22 +107,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.stash[matrix_sample.KILLS_ONLY] = not whole
                 kills_only += wanted and not whole
         elif module == "test_scenarios" and item.originalname == SAMPLED_SCENARIO_TEST:
+            group = "scenarios"
             name = params["name"]
             defects = [c.defect for n, c in item.module.FAKE_CASES if n == name]
             wanted = matrix_sample.scenario_in_sample(name) or matrix_sample.scenario_touched(name, defects)
+        elif module == "test_scenarios" and item.originalname == SAMPLED_REAL_SCENARIO_TEST:
+            group = "scenarios on the real kubelet"
+            name, case = params["name"], params["case"]
+            cases = [c for n, c in item.module.REAL_CASES if n == name]
+            # Every scenario keeps its first real case; its others (another release, a mutant) are sampled.
+            wanted = case is cases[0] or matrix_sample.real_case_in_sample(item.callspec.id) \
+                or matrix_sample.scenario_touched(name, [c.defect for c in cases])
         else:
             keep.append(item)  # every other test, and each reference subject's clean run
             continue
-        taken[module][0] += wanted
-        taken[module][1] += 1
+        taken[group][0] += wanted
+        taken[group][1] += 1
         (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     since = matrix_sample.base() or "nothing"
     SAMPLE_NOTE[:] = [f"{what}: {k} of {n} cases (a fixed sample and what changed since {since}; "
-                      "tox -e matrix runs all)" for what, (k, n) in
-                      (("kill matrix", taken["test_kill_matrix"]), ("scenarios", taken["test_scenarios"])) if n]
+                      f"tox -e {'fidelity' if 'real' in what else 'matrix'} runs all)"
+                      for what, (k, n) in taken.items() if n]
     if kills_only:
         SAMPLE_NOTE.append(f"kill matrix: {kills_only} mutant(s) taken to cover a check run only the checks they "
                            "must fail")

@@ -11,6 +11,9 @@ their names so that every run takes the same ones, and every case that the chang
   limited to) are defined in a suites/ module that changed;
 - a scenario whose file changed, or whose defects appear in what changed of those paths.
 
+On the real kubelet (tox -e real-kubelet), every scenario runs its first real case; its further cases (another
+release, a mutant) are a fixed third of them plus what changed; `tox -e fidelity` runs all.
+
 A mutant in the hash sample or touched by the change runs every check (it must fail exactly its own); one
 taken only to cover a check runs just the checks it must fail (`KILLS_ONLY`), which costs seconds instead of a
 whole profile.
@@ -39,6 +42,7 @@ BASE_ENV = "FAKELET_CHANGED_BASE"
 SAMPLE_ONE_IN = 8  # an eighth of the kill matrix's mutants, beside one that must fail each check (covering)
 BENIGN_SAMPLE_ONE_IN = 3  # a third of its benign behaviours (a quarter by this hash took none of them)
 SCENARIO_SAMPLE_ONE_IN = 3  # a third of the scenarios run on the fake kubelet
+REAL_CASE_SAMPLE_ONE_IN = 3  # a third of the scenarios' further real-kubelet cases (each one's first always runs)
 WATCHED = ("harness/reference/", "fixtures/subjects/", "suites/", "fixtures/scenarios/")
 UPSTREAM_REF = "origin/main"
 KILLS_ONLY = pytest.StashKey[bool]()  # a covering-only mutant's test runs only the checks it must fail
@@ -77,6 +81,11 @@ def covering(cases: Iterable[tuple[str, str, Iterable[str]]]) -> frozenset[tuple
 
 def scenario_in_sample(name: str) -> bool:
     return in_sample("scenario", name, SCENARIO_SAMPLE_ONE_IN)
+
+
+def real_case_in_sample(case_id: str) -> bool:
+    """A scenario's real-kubelet case beyond its first (which always runs): a fixed share of them."""
+    return in_sample("scenario-real", case_id, REAL_CASE_SAMPLE_ONE_IN)
 
 
 def _git(*args: str) -> str:
