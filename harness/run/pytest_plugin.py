@@ -167,6 +167,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Collector(run), "fakelet-collector")
 
 
+@contextlib.contextmanager
+def _started_plane(spec: str) -> Iterator[tuple[ControlPlane | None, str]]:
+    """A control plane started for the block, stopped after it: (plane, "") or (None, why it did not start)."""
+    try:
+        plane = open_control_plane(spec).start()
+    except ControlPlaneUnavailable as err:
+        yield None, str(err)
+        return
+    try:
+        yield plane, ""
+    finally:
+        plane.stop()
+
+
 def _marker(item: pytest.Item) -> pytest.Mark | None:
     return item.get_closest_marker("fakelet_check")
 
@@ -280,15 +294,8 @@ class Collector:
         if spec.startswith(UNAVAILABLE):
             yield None, spec.removeprefix(UNAVAILABLE)
             return
-        try:
-            plane = open_control_plane(spec).start()
-        except ControlPlaneUnavailable as err:
-            yield None, str(err)
-            return
-        try:
-            yield plane, ""
-        finally:
-            plane.stop()
+        with _started_plane(spec) as plane:
+            yield plane
 
     @contextlib.contextmanager
     def _plane_of_check(self, shared: tuple[ControlPlane | None, str],
@@ -299,15 +306,8 @@ class Collector:
                 or shared[0] is None:
             yield shared
             return
-        try:
-            plane = open_control_plane("local").start()
-        except ControlPlaneUnavailable as err:
-            yield None, str(err)
-            return
-        try:
-            yield plane, ""
-        finally:
-            plane.stop()
+        with _started_plane("local") as plane:
+            yield plane
 
     @pytest.fixture
     def dra_env(self, request: pytest.FixtureRequest,
