@@ -593,3 +593,22 @@ def test_a_selector_in_the_path_holds_for_get_list_and_watch(cp, world):
         if event["type"] == "MODIFIED":
             break
     assert other["name"] not in names and names == [mine["name"]]
+
+
+def test_a_pool_named_alike_on_two_nodes_is_each_nodes_own(cp, world):
+    """Each check is a node of its own on the shared API server. A driver that names its pool the same on every
+    node (pydra) must not find its device taken by a claim the other node's check holds."""
+    alloc, name, _ = world
+    other = f"{name}-b"
+    alloc.ensure_node(other)
+    pool = "pool-named-after-the-driver"
+    _publish(cp.client(), _slice(f"{name}-a", name, pool, [{"name": "0"}]),
+             _slice(f"{other}-a", other, pool, [{"name": "0"}]))
+    on_a = alloc.allocate(alloc.create_claim(name, "on-a", name), name, DRIVER, _pod(alloc, name))
+    on_b = alloc.allocate(alloc.create_claim(name, "on-b", name), other, DRIVER, _pod(alloc, name))
+    for claim in (on_a, on_b):
+        assert [(r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]] == \
+            [(pool, "0")]
+    # On one node the device is still taken once.
+    with pytest.raises(AllocationError, match="allocated to another claim"):
+        alloc.allocate(alloc.create_claim(name, "again-a", name), name, DRIVER, _pod(alloc, name))
