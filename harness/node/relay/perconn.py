@@ -131,9 +131,12 @@ class PerConnectionRelay:
         if not _first_attempt_ready(channel):
             # The plugin does not accept: the kubelet's connection closes before its greeting, as its dial
             # of a socket nobody listens on fails (and is retried by the kubelet, as that would be).
+            # Recorded before the close, so that whoever sees the close finds the refusal on the timeline.
             channel.close()
-            kubelet.close()
-            self._on_connection(None, "refused", upstream)
+            try:
+                self._on_connection(None, "refused", upstream)
+            finally:
+                kubelet.close()
             return
         connection = Connection(number, upstream, channel)
         private = self.private_dir / f"{self.path.stem}-c{number}.sock"
