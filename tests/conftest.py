@@ -76,8 +76,10 @@ def control_plane() -> Iterator[Any]:
 SAMPLED_SCENARIO_TEST = "test_each_scenario_keeps_its_promises_on_the_fake_kubelet"
 SAMPLED_REAL_SCENARIO_TEST = "test_each_scenario_gives_its_verdict_on_the_real_kubelet"
 SAMPLE_NOTE: list[str] = []  # what the sample took, for the header and the summary
+SAMPLE_NOTE_KEY = "fakelet_sample_note"  # in an xdist worker's workeroutput
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k: the counts are of what this run selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The kill matrix and the scenarios in the default run: what changed plus a fixed sample
     (tests/matrix_sample.py)."""
@@ -139,6 +141,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for line in SAMPLE_NOTE:
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under xdist the workers collect, not the controller that prints the summary: hand the note over.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[SAMPLE_NOTE_KEY] = list(SAMPLE_NOTE)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    note = getattr(node, "workeroutput", {}).get(SAMPLE_NOTE_KEY)
+    if note and not SAMPLE_NOTE:
+        SAMPLE_NOTE[:] = note
 
 
 _COVERING: list[frozenset[tuple[str, str]]] = []
