@@ -502,14 +502,19 @@ class DRAEnv(DPEnv):
         """A client of its own to the endpoint the driver registered."""
         return DRAProbe(self.host_path(register.get("endpoint")), self.timeline)
 
-    def prepare(self, pod: dict[str, str], claims: list[dict[str, Any]]) -> dict[str, Any]:
-        """What the kubelet does at pod admission: NodePrepareResources for the pod's claims."""
+    def prepare(self, pod: dict[str, str], claims: list[dict[str, Any]],
+                retry_s: float | None = None) -> dict[str, Any]:
+        """What the kubelet does at pod admission: NodePrepareResources for the pod's claims. With `retry_s`, as
+        the pod worker goes on: synced again after its back-off until prepared or `retry_s` passed (a check
+        judging a driver that has just come back: the kubelet's registration of it may still be settling)."""
         if self.real:
             raise NotOnRealKubelet("a real kubelet prepares a pod's claims when it runs the pod (run_pod), not "
                                    "on the harness's request")
         manager = self.node.dra
         assert manager is not None
         try:
+            if retry_s is not None:
+                return manager.prepare_pod_retrying(pod, claims, retry_s)
             return manager.prepare_pod(pod, claims)
         except DRAError as err:  # the driver failed the kubelet: a verdict, not a harness error
             raise AssertionError(f"expected the kubelet to prepare pod {pod['name']}'s claims; saw: {err}") from None
