@@ -26,6 +26,9 @@ OUTAGES_S = (1, 8)
 # an application XID that NVIDIA's device plugin ignores by default (harness/reference/nvml_source.py
 # APPLICATION_XIDS), so a correct plugin keeps the GPU healthy after it.
 CRITICAL_XID, APPLICATION_XID = 79, 13
+# The call the kubelet-reject rule has the next kubelet refuse once (scenario step `reject`, the fake kubelet's
+# FaultPlan, as DP-REG-07 arms it): the device plugin's registration with the kubelet.
+REJECTED_CALL = "Register"
 UNDO_WEIGHT = 4
 DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
 THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
@@ -86,6 +89,17 @@ def _kubelet_start(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 
 def _kubelet_outage(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     return [{"kubelet": "stop"}, {"hold": f"{draw(OUTAGES_S)}s"}, {"kubelet": "start"}]
+
+
+def _kubelet_rejects(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # A kubelet that starts and refuses the plugin's first Register (a Go kubelet's Register returning an error,
+    # gRPC UNKNOWN: not UNAVAILABLE, which would say no kubelet is there), then accepts the next. A correct plugin
+    # retries and is registered within T (EXP-DP-REGISTERED, judged against the new kubelet instance only, so an
+    # earlier registration cannot stand in for it). Upstream's plugins retry a failed Register; DP-REG-07 also
+    # allows exiting non-zero for the DaemonSet to restart, which the explorer's node does not do (docs/explore.md).
+    steps: Steps = [] if not model.kubelet_up else [{"kubelet": "stop"}]
+    model.kubelet_up = True
+    return [*steps, {"reject": {"call": REJECTED_CALL}}, {"kubelet": "start"}]
 
 
 # -- plugin -------------------------------------------------------------------------------------------------
@@ -182,6 +196,9 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          lambda m: not m.kubelet_up, _kubelet_start, undoes=True),
     Rule("kubelet-outage", "the kubelet is down for a while (1 s or 8 s), then starts", (DP, DRA), None,
          lambda m: m.kubelet_up, _kubelet_outage),
+    # Device plugins only: the DRA registration's rejection is another call (NotifyRegistrationStatus).
+    Rule("kubelet-reject", "the kubelet (re)starts and rejects the plugin's first Register, then accepts",
+         (DP,), None, lambda m: m.plugin_up, _kubelet_rejects),
     Rule("plugin-kill", "the plugin is SIGKILLed and stays down", (DP, DRA), None,
          lambda m: m.plugin_up, _plugin("kill", False)),
     Rule("plugin-stop", "the plugin gets SIGTERM and stays down", (DP, DRA), None,

@@ -44,6 +44,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
         self.crashes: list[Crash] = []
         self.held_calls = {}
+        self.rejects = []
 
     # -- narration -------------------------------------------------------------------------------
 

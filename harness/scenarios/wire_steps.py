@@ -39,8 +39,14 @@ class HeldCall:
         return any(f.reached.is_set() for _, f in self.faults)
 
 
+# What a rejected Register answers: an error with gRPC's UNKNOWN code, as a Go kubelet's Register returning an
+# error does (a refused version or resource name), never UNAVAILABLE, which says no kubelet is there.
+REJECTED = "fakelet scenario: the kubelet rejects this {method}"
+
+
 class WireSteps(StageState):
     held_calls: dict[str, HeldCall]
+    rejects: list[str]
 
     # -- hold and release -------------------------------------------------------------------------------
 
@@ -73,21 +79,37 @@ class WireSteps(StageState):
 
     def kubelet_arm(self) -> Callable[[Any], object] | None:
         """What a starting kubelet arms before it serves: every hold not yet received (a hold armed on a kubelet
-        that stopped without receiving its call moves on to the next one)."""
+        that stopped without receiving its call moves on to the next one), and the rejections armed while no
+        kubelet ran."""
         waiting = [h for h in self.held_calls.values() if not h.released and not h.received()]
-        if not waiting:
+        rejects, self.rejects = self.rejects, []
+        if not waiting and not rejects:
             return None
         node = self.env.node
         if self.fake is None and not isinstance(node, LocalNode):
-            raise Inconclusive(f"a call held in flight needs the fake kubelet or a local real one, not the "
-                               f"{type(node).__name__}")
+            raise Inconclusive(f"a call held in flight or rejected needs the fake kubelet or a local real one, not "
+                               f"the {type(node).__name__}")
 
         def arm(manager: Any) -> None:
             # The instance is known once it has started (start_kubelet fills it in).
             for hold in waiting:
                 hold.faults.append((None, manager.faults.hold(hold.method)))
+            for method in rejects:
+                manager.faults.reject(method, count=1, message=REJECTED.format(method=method))
 
         return arm
+
+    def _do_reject(self, step: Step) -> None:
+        """The kubelet refuses the next `call` it receives: the running one's, else the next one started."""
+        method = step.arg["call"]
+        node = self.env.node
+        if node.running:
+            self._running_plan().reject(method, count=1, message=REJECTED.format(method=method))
+            where = f"the running kubelet (instance {node.instance})"
+        else:
+            self.rejects.append(method)
+            where = "the next kubelet to start"
+        self.tell(f"armed: {where} rejects the next {method} it receives")
 
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with what must be armed before it serves: the holds waiting for a call, and (the fake
