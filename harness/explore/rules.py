@@ -102,6 +102,17 @@ def _kubelet_rejects(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     return [*steps, {"reject": {"call": REJECTED_CALL}}, {"kubelet": "start"}]
 
 
+def _plugin_first(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # The start-up order the boot never takes: the plugin starts while no kubelet runs and kubelet.sock is gone
+    # (deleted as a reboot's tmpfs wipe does), and the kubelet comes a while later. DP-REG-06 (MUST): a plugin
+    # started before the kubelet registers once kubelet.sock appears. The kubelet stays away one of OUTAGES_S, a
+    # fault's duration, not a sync point: a plugin that exits for want of kubelet.sock has done so by then.
+    start = "restart" if model.plugin_up else "start"
+    model.kubelet_up = model.plugin_up = True
+    return [{"kubelet": "stop"}, {"socket": {"delete": "kubelet"}}, {"plugin": start},
+            {"hold": f"{draw(OUTAGES_S)}s"}, {"kubelet": "start"}]
+
+
 # -- plugin -------------------------------------------------------------------------------------------------
 
 
@@ -199,6 +210,9 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     # Device plugins only: the DRA registration's rejection is another call (NotifyRegistrationStatus).
     Rule("kubelet-reject", "the kubelet (re)starts and rejects the plugin's first Register, then accepts",
          (DP,), None, lambda m: m.plugin_up, _kubelet_rejects),
+    # Device plugins only: a DRA driver registers through the kubelet's plugin watcher, not with kubelet.sock.
+    Rule("plugin-before-kubelet", "the kubelet stops and kubelet.sock goes; the plugin (re)starts, then the "
+         "kubelet (1 s or 8 s later)", (DP,), None, lambda m: m.kubelet_up, _plugin_first),
     Rule("plugin-kill", "the plugin is SIGKILLed and stays down", (DP, DRA), None,
          lambda m: m.plugin_up, _plugin("kill", False)),
     Rule("plugin-stop", "the plugin gets SIGTERM and stays down", (DP, DRA), None,
