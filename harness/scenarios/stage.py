@@ -45,6 +45,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         self.crashes: list[Crash] = []
         self.held_calls = {}
         self.rejects = []
+        self.armed_rejects = []
 
     # -- narration -------------------------------------------------------------------------------
 
