@@ -78,7 +78,9 @@ STEP_MEANING = {
     "reject": "Make the kubelet refuse the next Register it receives with an error answer, as a kubelet that "
               "rejects a registration does (the running kubelet's fault plan, or, if none runs, the next one "
               "started; on a real kubelet, the relay's, on the wire). A correct plugin retries, or exits non-zero "
-              "for its DaemonSet to start it again.",
+              "for its DaemonSet to start it again (DP-REG-07): when the kubelet it was armed for starts, the step "
+              "waits for the rejected call and the plugin's reaction, and starts a plugin that exited non-zero "
+              "again, as its DaemonSet would.",
     "socket": "Delete a socket, as a bug report's manual `rm` does: the kubelet's kubelet.sock, the plugin's "
               "registered endpoint, or a socket by file name in the device-plugins directory (never outside "
               "the sandbox). On a real kubelet the deletion in its directory reaches the plugin through the relay.",

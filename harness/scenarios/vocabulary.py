@@ -30,7 +30,8 @@ Actions:
                       kubelet that held it has stopped since: the call ended with it)
   reject:  {call: Register}   (device plugins) the kubelet rejects the next Register it receives with an error, as
                       a kubelet that refuses a registration does: the running kubelet's, or, if none runs, the
-                      first one the next kubelet started receives
+                      first one the next kubelet started receives (that start then waits for the rejection
+                      and the plugin's reaction, and starts a plugin that exited non-zero again: its DaemonSet)
   socket:  {delete: kubelet | plugin | NAME}   (device plugins) a manual `rm` of a socket in the device-plugins
                       directory: kubelet (kubelet.sock, the kubelet's), plugin (the socket the plugin last
                       registered as its endpoint), or NAME (a socket file name there). The servers keep running
