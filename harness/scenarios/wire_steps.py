@@ -10,6 +10,7 @@ in the plugin's; on the real node the relay mirrors the deletion to the other si
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,14 +129,16 @@ class WireSteps(StageState):
                 self.tell(f"{said[1]} after the rejection: a DaemonSet does not restart it for that (exit 0)")
 
     def _rejected_and_reaction(self, method: str, bound: float) -> tuple[Event, Event]:
-        """The rejected call on the wire, then the plugin's next call of it or its exit (DP-REG-07's judgement)."""
+        """The rejected call on the wire, then the plugin's next call of it or its exit (DP-REG-07's judgement), both
+        within one `bound`: the step that starts the kubelet waits no longer than any other step does."""
         env = self.env
+        deadline = time.monotonic() + bound
         rejected = env.timeline.wait_for(
             lambda e: e.kind == "grpc.call" and e.get("method") == method and e.get("outcome") != "OK", bound,
             f"a {method} call (to reject)", since_ns=self.step_began_ns, abort=lambda e: env.plugin_exit(e) is not None)
         reaction = env.timeline.wait_for(
             lambda e: (e.kind == "grpc.call" and e.get("method") == method and e.get("side") == "server")
-            or env.plugin_exit(e) is not None, bound,
+            or env.plugin_exit(e) is not None, max(0.0, deadline - time.monotonic()),
             f"another {method}, or the plugin's exit, after the rejection", since_ns=rejected.t_ns + 1,
             relevant=("grpc.call", "process.main_exit", "process.orphan_exit", "process.exit", "subject.server"))
         return rejected, reaction
