@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -108,6 +109,62 @@ def test_every_rule_speaks_the_scenario_vocabulary(tmp_path: Path) -> None:
     assert path.name.startswith("explore-") and set(RULES) >= {"device-xid"}
 
 
+def _first(options: Any) -> Any:  # a Draw that takes the first candidate, as hypothesis shrinks towards
+    return next(iter(options))
+
+
+def test_kubelet_reject_restarts_the_kubelet_with_one_register_refused() -> None:
+    """The next kubelet refuses the plugin's first Register; EXP-DP-REGISTERED then judges that kubelet only."""
+    dp = context_of(load_subject("reference-dp"))
+    rule = RULES["kubelet-reject"]
+    assert rule in applicable(dp) and rule.kinds == (model.DP,)
+    m = model.Model(model.DP, [model.Device()], kubelet_up=True, plugin_up=True)
+    assert rule.act(m, dp, _first) == [{"kubelet": "stop"}, {"reject": {"call": "Register"}}, {"kubelet": "start"}]
+    assert m.kubelet_up and m.plugin_up and ("EXP-DP-REGISTERED", {"registered": True}) in model.expectations(m)
+    m.kubelet_up = False  # already down: the rejection waits for the kubelet about to start
+    assert rule.act(m, dp, _first) == [{"reject": {"call": "Register"}}, {"kubelet": "start"}] and m.kubelet_up
+    m.plugin_up = False  # no plugin: no Register to refuse
+    assert not rule.enabled(m)
+
+
+def test_plugin_before_kubelet_takes_the_start_up_order_the_boot_never_does() -> None:
+    dp = context_of(load_subject("reference-dp"))
+    rule = RULES["plugin-before-kubelet"]
+    assert rule in applicable(dp) and rule.kinds == (model.DP,)
+    m = model.Model(model.DP, [model.Device()], kubelet_up=True, plugin_up=False)
+    steps = rule.act(m, dp, _first)
+    assert steps == [{"kubelet": "stop"}, {"socket": {"delete": "kubelet"}}, {"plugin": "start"}, {"hold": "1s"},
+                     {"kubelet": "start"}]
+    assert m.kubelet_up and m.plugin_up
+    assert rule.act(m, dp, _first)[2] == {"plugin": "restart"}
+    m.kubelet_up = False
+    assert not rule.enabled(m)
+
+
+def test_reject_is_a_device_plugin_step_of_the_scenario_vocabulary() -> None:
+    from harness.scenarios.step import Step
+    from harness.scenarios.vocabulary import check_step
+
+    def problem(arg: Any, kind: str = "device-plugin") -> Any:
+        return check_step(Step("reject", arg, {}, "t", 0), kind)
+
+    assert problem({"call": "Register"}) is None
+    assert problem({"call": "Allocate"}) is not None and problem("Register") is not None
+    assert problem({"call": "Register"}, "dra") is not None
+
+
+def test_the_runtime_refuses_device_permissions_runc_cannot_grant() -> None:
+    """bad-allocate-response's 'rwx': containerd passes it to runc as the device rule's access, which runc refuses;
+    r, w and m in any order, and an empty string (containerd's default), are no refusal."""
+    from harness.node.real.view import access_refusals
+
+    def devices(*perms: str) -> list[dict]:
+        return [{"devices": [{"container_path": f"/dev/x{n}", "permissions": p} for n, p in enumerate(perms)]}]
+
+    assert access_refusals(devices("rw", "rwm", "mrw", "r", "")) == []
+    assert len(access_refusals(devices("rwx", "rw"))) == 1 and "'rwx'" in access_refusals(devices("rwx"))[0]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
     return subprocess.run([sys.executable, "-m", "harness.run.cli", "explore", *args], capture_output=True,
@@ -174,12 +231,14 @@ def test_the_reference_plugin_gives_no_finding(tmp_path: Path) -> None:
 # -- the full table (FAKELET_EXPLORE=full, tox -e explore): docs/explore.md --------------------------------------
 
 # (subject, defect, rules or None for every rule, budget s, found?): mutants whose defect an invariant can see, with
-# every rule the subject observes; benign behaviours under the kubelet's own bounds. What no invariant sees (the
-# content of an Allocate answer, NUMA, ...) is the checks' job and is listed in docs/explore.md as not found.
+# every rule the subject observes; benign behaviours under the kubelet's own bounds. What no invariant sees (an
+# Allocate answer the kubelet and runtime accept, NUMA, ...) is the checks' job, listed in docs/explore.md as not
+# found.
 TABLE = [
     *[("reference-dp", d, None, 150, True) for d in (
         "no-reregister", "stuck-unhealthy", "no-hotplug", "ignore-temperature", "missing-device", "close-stream",
-        "partial-list", "slow-health", "wrong-version", "no-socket-recreate", "stale-socket-crash")],
+        "partial-list", "slow-health", "wrong-version", "no-socket-recreate", "stale-socket-crash",
+        "give-up-on-reject", "bad-allocate-response", "no-wait-for-kubelet")],
     *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists", None)],
     ("reference-dra", "forgets-after-restart", ("pod-admitted", "plugin-restart", "pod-deleted"), 150, True),
     ("reference-dra", None, None, 150, False),

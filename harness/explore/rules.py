@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.explore.model import DP, DRA, MAX_PODS, POD_DEVICES, Model, Pod
+from harness.spec.profiles import DIAL_TIMEOUT_S
 
 T = TypeVar("T")
 Draw = Callable[[Sequence[T]], T]  # picks one of the candidates (hypothesis: sampled_from, shrinking to the first)
@@ -26,6 +27,14 @@ OUTAGES_S = (1, 8)
 # an application XID that NVIDIA's device plugin ignores by default (harness/reference/nvml_source.py
 # APPLICATION_XIDS), so a correct plugin keeps the GPU healthy after it.
 CRITICAL_XID, APPLICATION_XID = 79, 13
+# How long plugin-before-kubelet keeps the kubelet away after the plugin starts: a moment (a plugin that exits
+# for want of kubelet.sock has done so), or DP-REG-06's window, longer than the kubelet's 10 s dial timeout
+# (harness/spec/profiles.py DIAL_TIMEOUT_S), which plugins copy: one that gives up after it is caught too.
+# A fault's duration, not a sync point.
+KUBELET_ABSENT_S = (1.0, DIAL_TIMEOUT_S + 2.0)
+# The call the kubelet-reject rule has the next kubelet refuse once (scenario step `reject`, the fake kubelet's
+# FaultPlan, as DP-REG-07 arms it): the device plugin's registration with the kubelet.
+REJECTED_CALL = "Register"
 UNDO_WEIGHT = 4
 DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
 THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
@@ -86,6 +95,29 @@ def _kubelet_start(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 
 def _kubelet_outage(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     return [{"kubelet": "stop"}, {"hold": f"{draw(OUTAGES_S)}s"}, {"kubelet": "start"}]
+
+
+def _kubelet_rejects(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # A kubelet that starts and refuses the plugin's first Register (a Go kubelet's Register returning an error,
+    # gRPC UNKNOWN: not UNAVAILABLE, which would say no kubelet is there), then accepts the next. A correct plugin
+    # retries and is registered within T (EXP-DP-REGISTERED, judged against the new kubelet instance only, so an
+    # earlier registration cannot stand in for it). Upstream's plugins retry a failed Register; DP-REG-07 also
+    # allows exiting non-zero, and the `kubelet: start` that follows starts such a plugin again, as its DaemonSet
+    # would (harness/scenarios/wire_steps.py _after_rejection).
+    steps: Steps = [] if not model.kubelet_up else [{"kubelet": "stop"}]
+    model.kubelet_up = True
+    return [*steps, {"reject": {"call": REJECTED_CALL}}, {"kubelet": "start"}]
+
+
+def _plugin_first(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # The start-up order the boot never takes: the plugin starts while no kubelet runs and kubelet.sock is gone
+    # (deleted as a reboot's tmpfs wipe does), and the kubelet comes a while later. DP-REG-06 (MUST): a plugin
+    # started before the kubelet registers once kubelet.sock appears. The kubelet stays away one of
+    # KUBELET_ABSENT_S: a fault's duration, not a sync point.
+    start = "restart" if model.plugin_up else "start"
+    model.kubelet_up = model.plugin_up = True
+    return [{"kubelet": "stop"}, {"socket": {"delete": "kubelet"}}, {"plugin": start},
+            {"hold": f"{draw(KUBELET_ABSENT_S):g}s"}, {"kubelet": "start"}]
 
 
 # -- plugin -------------------------------------------------------------------------------------------------
@@ -182,6 +214,12 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          lambda m: not m.kubelet_up, _kubelet_start, undoes=True),
     Rule("kubelet-outage", "the kubelet is down for a while (1 s or 8 s), then starts", (DP, DRA), None,
          lambda m: m.kubelet_up, _kubelet_outage),
+    # Device plugins only: the DRA registration's rejection is another call (NotifyRegistrationStatus).
+    Rule("kubelet-reject", "the kubelet (re)starts and rejects the plugin's first Register, then accepts",
+         (DP,), None, lambda m: m.plugin_up, _kubelet_rejects),
+    # Device plugins only: a DRA driver registers through the kubelet's plugin watcher, not with kubelet.sock.
+    Rule("plugin-before-kubelet", "the kubelet stops and kubelet.sock goes; the plugin (re)starts, then the "
+         "kubelet (1 s or 12 s later)", (DP,), None, lambda m: m.kubelet_up, _plugin_first),
     Rule("plugin-kill", "the plugin is SIGKILLed and stays down", (DP, DRA), None,
          lambda m: m.plugin_up, _plugin("kill", False)),
     Rule("plugin-stop", "the plugin gets SIGTERM and stays down", (DP, DRA), None,

@@ -75,6 +75,12 @@ STEP_MEANING = {
             "until a release step or the end of the run (the fake kubelet's fault plan; on a real kubelet, the "
             "relay's, on the wire), so that a fault can happen while it is being answered.",
     "release": "Let a call held by `hold: {call: ...}` go on to the kubelet.",
+    "reject": "Make the kubelet refuse the next Register it receives with an error answer, as a kubelet that "
+              "rejects a registration does (the running kubelet's fault plan, or, if none runs, the next one "
+              "started; on a real kubelet, the relay's, on the wire). A correct plugin retries, or exits non-zero "
+              "for its DaemonSet to start it again (DP-REG-07): when the kubelet it was armed for starts, the step "
+              "waits for the rejected call and the plugin's reaction, and starts a plugin that exited non-zero "
+              "again, as its DaemonSet would.",
     "socket": "Delete a socket, as a bug report's manual `rm` does: the kubelet's kubelet.sock, the plugin's "
               "registered endpoint, or a socket by file name in the device-plugins directory (never outside "
               "the sandbox). On a real kubelet the deletion in its directory reaches the plugin through the relay.",
@@ -311,6 +317,8 @@ def steps() -> list[Entry]:
               (Key("call", " | ".join(HOLDABLE_CALLS), "(not given: a duration)", "the call to keep in flight"),)),
         Entry("release", "step", "release: {call: CALL}", STEP_MEANING["release"], (),
               (Key("call", " | ".join(HOLDABLE_CALLS), "", "the held call to let go on"),), _only_action("release")),
+        Entry("reject", "step", "reject: {call: CALL}", STEP_MEANING["reject"], (),
+              (Key("call", " | ".join(HOLDABLE_CALLS), "", "the call to refuse, once"),), _only_action("reject")),
         Entry("socket", "step", "socket: {delete: kubelet | plugin | NAME}", STEP_MEANING["socket"], (),
               (Key("delete", "kubelet | plugin | NAME", "", "kubelet.sock, the plugin's registered endpoint, or a "
                    "socket's file name (no path)"),), _only_action("socket")),

@@ -44,6 +44,8 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         self.retired: list[Any] = []  # plugin instances a rolling update replaced, stopped at close
         self.crashes: list[Crash] = []
         self.held_calls = {}
+        self.rejects = []
+        self.armed_rejects = []
 
     # -- narration -------------------------------------------------------------------------------
 

@@ -35,6 +35,8 @@ class StageState:
     is_dra: bool
     fake: FakeNode | None
     held_calls: dict[str, Any]  # method -> the call `hold` armed (wire_steps.py HeldCall)
+    rejects: list[str]  # calls `reject` armed while no kubelet ran: the next kubelet started refuses them
+    armed_rejects: list[Any]  # those rejections as armed on the kubelet being started (instruments/faults.py Fault)
 
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with the faults armed for it (wire_steps.py)."""

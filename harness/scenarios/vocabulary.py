@@ -28,6 +28,10 @@ Actions:
                       while Register is being answered). `wait: {held: {call: Register}}` waits for it.
   release: {call: Register}   the held call goes on and the kubelet answers it (a no-op, narrated, when the
                       kubelet that held it has stopped since: the call ended with it)
+  reject:  {call: Register}   (device plugins) the kubelet rejects the next Register it receives with an error, as
+                      a kubelet that refuses a registration does: the running kubelet's, or, if none runs, the
+                      first one the next kubelet started receives (that start then waits for the rejection
+                      and the plugin's reaction, and starts a plugin that exited non-zero again: its DaemonSet)
   socket:  {delete: kubelet | plugin | NAME}   (device plugins) a manual `rm` of a socket in the device-plugins
                       directory: kubelet (kubelet.sock, the kubelet's), plugin (the socket the plugin last
                       registered as its endpoint), or NAME (a socket file name there). The servers keep running
@@ -97,8 +101,8 @@ from typing import Any
 from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from harness.scenarios.step import Step
 
-ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "release", "socket", "wait",
-           "expect", "story", "check")
+ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "release", "reject", "socket",
+           "wait", "expect", "story", "check")
 KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot")
 CHECKPOINT_FAULTS = ("lost", "corrupt")
 PLUGIN_OPS = ("start", "stop", "kill", "restart", "crash", "rolling-update")
@@ -121,7 +125,7 @@ CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "po
               "calls", "checkpoint", "cdi", "dialed", "slices", "held", "not")
 DRA_ONLY = {"cdi", "slices", "taint", "untaint", "story"}
 DP_ONLY = {"pod_devices", "capacity", "allocatable", "held"}  # conditions
-DP_ONLY_ACTIONS = {"release", "socket"}
+DP_ONLY_ACTIONS = {"release", "reject", "socket"}
 # The calls `hold` can keep in flight: those the kubelet serves (the fake kubelet's FaultPlan, and the relay's in
 # front of a real kubelet, apply to its registration service: v1beta1.Registration/Register).
 HOLDABLE_CALLS = ("Register",)
@@ -187,8 +191,8 @@ def check_step(step: Step, kind: str) -> Problem:
     if action in DP_ONLY_ACTIONS and kind == "dra":
         return "", f"{action} is for device plugins (kind: device-plugin)"
     checker = {"kubelet": _kubelet, "plugin": _plugin, "pod": _pod, "device": _device, "script": _script,
-               "taint": _taint, "untaint": _untaint, "hold": _hold, "release": _release, "socket": _socket,
-               "wait": _wait, "expect": _expect, "story": _story, "check": _check}[action]
+               "taint": _taint, "untaint": _untaint, "hold": _hold, "release": _release, "reject": _reject,
+               "socket": _socket, "wait": _wait, "expect": _expect, "story": _story, "check": _check}[action]
     return checker(arg, options, kind)
 
 
@@ -389,7 +393,7 @@ def _hold(arg: Any, options: dict[str, Any], kind: str) -> Problem:
 
 
 def _call(arg: Any, action: str) -> Problem:
-    """{call: NAME}: a call `hold` can keep in flight."""
+    """{call: NAME}: a call the kubelet serves, which `hold` can keep in flight and `reject` can refuse."""
     if not isinstance(arg, dict) or "call" not in arg:
         return action, "{call: Register}"
     extra = sorted(set(arg) - {"call"}, key=str)
@@ -402,6 +406,10 @@ def _call(arg: Any, action: str) -> Problem:
 
 def _release(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     return _call(arg, "release") or _no_options(options)
+
+
+def _reject(arg: Any, options: dict[str, Any], kind: str) -> Problem:
+    return _call(arg, "reject") or _no_options(options)
 
 
 def _socket(arg: Any, options: dict[str, Any], kind: str) -> Problem:

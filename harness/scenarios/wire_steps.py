@@ -10,12 +10,14 @@ in the plugin's; on the real node the relay mirrors the deletion to the other si
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.instruments.faults import Fault, FaultPlan
+from harness.instruments.timeline import Event, WaitTimeout
 from harness.kubelet.devicemanager import KUBELET_SOCKET
 from harness.node.real.localnode import LocalNode
 from harness.scenarios.outcomes import Inconclusive
@@ -39,8 +41,16 @@ class HeldCall:
         return any(f.reached.is_set() for _, f in self.faults)
 
 
+# What a rejected Register answers: an error with gRPC's UNKNOWN code, as a Go kubelet's Register returning an
+# error does (a refused version or resource name), never UNAVAILABLE, which says no kubelet is there.
+REJECTED = "fakelet scenario: the kubelet rejects this {method}"
+EXIT_JOIN_S = 30.0  # what is left of a plugin that exited after a rejection, gone before its DaemonSet starts it
+
+
 class WireSteps(StageState):
     held_calls: dict[str, HeldCall]
+    rejects: list[str]
+    armed_rejects: list[Fault]  # rejections armed on the kubelet being started: followed up once it runs
 
     # -- hold and release -------------------------------------------------------------------------------
 
@@ -73,21 +83,77 @@ class WireSteps(StageState):
 
     def kubelet_arm(self) -> Callable[[Any], object] | None:
         """What a starting kubelet arms before it serves: every hold not yet received (a hold armed on a kubelet
-        that stopped without receiving its call moves on to the next one)."""
+        that stopped without receiving its call moves on to the next one), and the rejections armed while no
+        kubelet ran."""
         waiting = [h for h in self.held_calls.values() if not h.released and not h.received()]
-        if not waiting:
+        rejects, self.rejects = self.rejects, []
+        if not waiting and not rejects:
             return None
         node = self.env.node
         if self.fake is None and not isinstance(node, LocalNode):
-            raise Inconclusive(f"a call held in flight needs the fake kubelet or a local real one, not the "
-                               f"{type(node).__name__}")
+            raise Inconclusive(f"a call held in flight or rejected needs the fake kubelet or a local real one, not "
+                               f"the {type(node).__name__}")
 
         def arm(manager: Any) -> None:
             # The instance is known once it has started (start_kubelet fills it in).
             for hold in waiting:
                 hold.faults.append((None, manager.faults.hold(hold.method)))
+            for method in rejects:
+                fault = manager.faults.reject(method, count=1, message=REJECTED.format(method=method))
+                self.armed_rejects.append(fault)
 
         return arm
+
+    def _after_rejection(self) -> None:
+        """What follows a Register the starting kubelet rejected, as on a node with a DaemonSet: the plugin retries
+        (the next Register), or exits non-zero and its DaemonSet starts it again (DP-REG-07: either is correct).
+        Waits are event-driven under the reaction bound; a plugin that does neither is left as it is, for the
+        scenario's next expect to judge."""
+        armed, self.armed_rejects = self.armed_rejects, []
+        env, bound = self.env, self.env.profile.reaction_s
+        for method in dict.fromkeys(f.method for f in armed):
+            try:
+                rejected, reaction = self._rejected_and_reaction(method, bound)
+            except WaitTimeout as err:
+                self.tell(f"after arming the rejection: {str(err).splitlines()[0]}")
+                continue
+            said = env.plugin_exit(reaction)
+            if said is None:
+                self.tell(f"the plugin sent {method} again {(reaction.t_ns - rejected.t_ns) / 1e9:.3f}s after the "
+                          "rejection")
+            elif said[0] != 0:
+                env.subject.wait_exit(EXIT_JOIN_S)
+                env.subject.start()
+                self.tell(f"{said[1]} after the rejection; started again (its DaemonSet restarts it)")
+            else:
+                self.tell(f"{said[1]} after the rejection: a DaemonSet does not restart it for that (exit 0)")
+
+    def _rejected_and_reaction(self, method: str, bound: float) -> tuple[Event, Event]:
+        """The rejected call on the wire, then the plugin's next call of it or its exit (DP-REG-07's judgement), both
+        within one `bound`: the step that starts the kubelet waits no longer than any other step does."""
+        env = self.env
+        deadline = time.monotonic() + bound
+        rejected = env.timeline.wait_for(
+            lambda e: e.kind == "grpc.call" and e.get("method") == method and e.get("outcome") != "OK", bound,
+            f"a {method} call (to reject)", since_ns=self.step_began_ns, abort=lambda e: env.plugin_exit(e) is not None)
+        reaction = env.timeline.wait_for(
+            lambda e: (e.kind == "grpc.call" and e.get("method") == method and e.get("side") == "server")
+            or env.plugin_exit(e) is not None, max(0.0, deadline - time.monotonic()),
+            f"another {method}, or the plugin's exit, after the rejection", since_ns=rejected.t_ns + 1,
+            relevant=("grpc.call", "process.main_exit", "process.orphan_exit", "process.exit", "subject.server"))
+        return rejected, reaction
+
+    def _do_reject(self, step: Step) -> None:
+        """The kubelet refuses the next `call` it receives: the running one's, else the next one started."""
+        method = step.arg["call"]
+        node = self.env.node
+        if node.running:
+            self._running_plan().reject(method, count=1, message=REJECTED.format(method=method))
+            where = f"the running kubelet (instance {node.instance})"
+        else:
+            self.rejects.append(method)
+            where = "the next kubelet to start"
+        self.tell(f"armed: {where} rejects the next {method} it receives")
 
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with what must be armed before it serves: the holds waiting for a call, and (the fake
@@ -109,6 +175,8 @@ class WireSteps(StageState):
             node.start_kubelet()
         for held in self.held_calls.values():
             held.faults = [(node.instance if n is None else n, f) for n, f in held.faults]
+        if self.armed_rejects:
+            self._after_rejection()
 
     def _do_release(self, step: Step) -> None:
         method = step.arg["call"]
