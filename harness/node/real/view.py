@@ -44,30 +44,15 @@ def view_of_responses(responses: list[dict[str, Any]]) -> ContainerView:
     return view
 
 
-# The device cgroup access runc grants: read, write, mknod. Any other letter in a DeviceSpec's permissions is
-# refused when the container is created (runc libcontainer/cgroups/ebpf/devicefilter: "unknown device access";
-# containerd passes the permissions through as the rule's access unchanged), and the pod shows CreateContainerError.
-DEVICE_ACCESS = frozenset("rwm")
-
-
 def runtime_refusals(responses: list[dict[str, Any]]) -> list[str]:
     """What containerd and runc refuse of the merged Allocate responses, as the real node shows them
     (the container stays in CreateContainerError): a device whose host path is no device node (runc
-    libcontainer/devices DeviceFromPath: "not a device node"), and what `access_refusals` says. Measured on the
-    real node, containerd 1.6 with runc 1.1 accepts a relative mount destination (runc resolves it under the
-    rootfs), so that is no refusal, whatever the OCI spec says; DP-ALC-03 judges such a response on the wire."""
+    libcontainer/devices DeviceFromPath: "not a device node"). Measured on the real node, containerd
+    1.6 with runc 1.1 accepts a relative mount destination (runc resolves it under the rootfs), so
+    that is no refusal, whatever the OCI spec says; DP-ALC-03 judges such a response on the wire."""
     out = []
     for r in responses:
         for d in r.get("devices") or []:
             if device_number(d.get("host_path", "")) == (-1, -1):
                 out.append(f"device host path {d.get('host_path')!r} is not a device node")
-    return out + access_refusals(responses)
-
-
-def access_refusals(responses: list[dict[str, Any]]) -> list[str]:
-    """Device permissions runc cannot grant (a letter outside DEVICE_ACCESS): refused whatever the host has,
-    so the fake kubelet's container start refuses them too (fake.py start_pod). An empty string is not judged
-    here (containerd's defaults apply)."""
-    return [f"device {d.get('container_path', '')!r} permissions {d.get('permissions')!r} are not drawn from 'rwm'"
-            for r in responses for d in r.get("devices") or []
-            if set(d.get("permissions") or "") - DEVICE_ACCESS]
+    return out
