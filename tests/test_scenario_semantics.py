@@ -282,6 +282,40 @@ def test_a_held_register_is_answered_when_released(tmp_path: Path, node: str) ->
     assert fired[0]["t_ns"] < released[0]["t_ns"] < registered[0]["t_ns"]
 
 
+REJECT_THEN_RETRY = """\
+title: a rejected registration is retried
+correct: the plugin registers again after the kubelet refused its Register once
+bug: it gives up
+kind: device-plugin
+nodes: [fake, real]
+steps:
+  - kubelet: start
+  - plugin: start
+  - wait: {registered: true, allocatable: all}
+  - kubelet: stop
+  - reject: {call: Register}
+  - kubelet: start
+  - expect: {registered: true, allocatable: all}
+"""
+
+
+@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
+def test_a_rejected_register_is_refused_on_the_wire_and_retried(tmp_path: Path, node: str) -> None:
+    """`reject` on either kubelet: the fake's fault plan, or the relay's in front of the real one."""
+    path = tmp_path / "reject.yaml"
+    path.write_text(REJECT_THEN_RETRY)
+    out = tmp_path / "out"
+    code, output, report = scenario_run(out, path, "--node", node)
+    if outcome_of(report) == INCONCLUSIVE and node == "real":
+        pytest.skip(report["checks"][0]["detail"].splitlines()[0])
+    assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    timeline = timeline_of(out)
+    refused = [e for e in timeline if e["kind"] == "fault.fired" and e["data"]["method"] == "Register"]
+    accepted = [e for e in timeline if e["kind"] == "kubelet.register" and e["data"].get("accepted")
+                and e["data"].get("instance") == 2]
+    assert refused and accepted and refused[0]["t_ns"] < accepted[0]["t_ns"], (refused, accepted)
+
+
 # -- the reference DRA driver's rolling update: sockets of its own ------------------------------------------
 
 def test_a_pod_uid_gives_the_reference_driver_sockets_of_its_own() -> None:
