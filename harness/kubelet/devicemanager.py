@@ -90,9 +90,15 @@ class ResourceState:
     unhealthy_ids: set[str] = field(default_factory=set)  # manager.go unhealthyDevices
     stopped_at: float | None = None
     stale_endpoints: list[Endpoint] = field(default_factory=list)
+    _healthy_sorted: tuple[set[str], list[str]] | None = field(default=None, repr=False, compare=False)
 
     def healthy(self) -> list[str]:
-        return sorted(self.healthy_ids)
+        # Sorted once per set: the checkpoint written on every list sorts every resource's devices, and
+        # healthy_ids is only ever replaced, never changed in place.
+        cached = self._healthy_sorted
+        if cached is None or cached[0] is not self.healthy_ids:
+            cached = self._healthy_sorted = (self.healthy_ids, sorted(self.healthy_ids))
+        return list(cached[1])
 
     def capacity(self) -> int:
         # GetCapacity adds the two sets' sizes: an ID listed both Healthy and not counts twice.

@@ -17,7 +17,7 @@ from harness.instruments.grpcutil import (
     status_of,
     unix_target,
 )
-from harness.instruments.interceptors import RecordingClientInterceptor, to_dict
+from harness.instruments.interceptors import RecordingClientInterceptor, list_to_dict
 from harness.instruments.timeline import Timeline
 from harness.wire import dp, dp_grpc
 
@@ -149,7 +149,7 @@ class Endpoint:
                     break
                 self.timeline.record("grpc.stream_msg", "kubelet", side="client", method="ListAndWatch",
                                      endpoint_id=self.id, resource=self.resource,
-                                     message=to_dict(response))
+                                     message=list_to_dict(response))
                 on_update(self, response)
         except grpc.RpcError as err:
             reason = "stopped by kubelet" if self._stopping.is_set() else status_of(err)

@@ -3,7 +3,10 @@
 Best practice it follows: serve before registering; watch the directory with
 inotify for its own socket (re-serve when deleted) and for kubelet.sock
 (register when it appears); retry a failed Register with backoff; send the
-full device list on every change; exit cleanly on SIGTERM. `--defect NAME`
+full device list on every change; exit cleanly on SIGTERM. A health change
+in the device tree is read from the files inotify names, one device, not by
+re-reading the whole tree (a hot-plug, or an overflowed event queue, still
+re-reads it all). `--defect NAME`
 switches on one named bug (harness/reference/defects.py).
 
     python -m harness.reference.device_plugin --plugin-dir DIR --inventory FILE
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import grpc
 import yaml
-from inotify_simple import INotify
+from inotify_simple import Event, INotify
 from inotify_simple import flags as IN
 
 from harness.instruments.grpcutil import insecure_unix_channel, unix_target
@@ -43,7 +46,7 @@ from harness.reference.defects import (
 )
 from harness.reference.levelzero_source import LevelZeroSource
 from harness.reference.nvml_source import DeviceNodeFallback, NvmlError, NvmlSource
-from harness.reference.sources import HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
+from harness.reference.sources import ALL_DEVICES, HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
 from harness.wire import dp, dp_grpc
 
 log = logging.getLogger("reference-dp")
@@ -110,7 +113,8 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             if self.p.has("partial-list") and sent:
                 # The bug: only what changed since the last response.
                 devices = [d for d in devices if sent.get(d.ID) != d.health]
-            sent = {d.ID: d.health for d in self.p.device_list()}
+            if self.p.has("partial-list"):
+                sent = {d.ID: d.health for d in self.p.device_list()}
             if self.p.has("incremental-list") and responses == 0:
                 for n in range(1, len(devices)):
                     yield dp.ListAndWatchResponse(devices=devices[:n])
@@ -228,7 +232,11 @@ class ReferencePlugin:
         self.defect = args.defect
         self.allocate_delay_s: float = args.allocate_delay_ms / 1000
         self.options = dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
-        self.devices: list[dict] = self._effective(self.source.read())
+        self.seen: list[SeenDevice] = []  # what the source said at the last read, device by device
+        self._seen_at: dict[str, int] | None = None  # device id -> index in seen; None: ids repeat, no partial reads
+        self.devices: list[dict] = self._effective(self._read_all())  # what the kubelet is told (published)
+        self.latest = self.devices  # what the last read made of it (slow-health publishes it late)
+        self._listed: tuple[list[dict], list[dp.Device]] | None = None  # device_list() of one published list
         self.generation = 0
         self.changed = threading.Condition()
         self.stopping = threading.Event()
@@ -238,6 +246,7 @@ class ReferencePlugin:
         self.server: grpc.Server | None = None
         self._silent: socket.socket | None = None  # silent-endpoint, garbage-endpoint
         self._flooded = False  # register-flood
+        self._plugin_wd: int | None = None  # run() watches the plugin dir
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
@@ -251,7 +260,17 @@ class ReferencePlugin:
     # -- devices -----------------------------------------------------------
 
     def device_list(self) -> list[dp.Device]:
-        devices = self.devices[:-1] if self.has("missing-device") else list(self.devices)
+        # One build per published list: a list of 1,024 devices costs milliseconds to build, and the
+        # messages are copied into each response, never changed after.
+        listed, published = self._listed, self.devices
+        if listed is not None and listed[0] is published:
+            return list(listed[1])
+        out = self._build_list(published)
+        self._listed = (published, out)
+        return list(out)
+
+    def _build_list(self, published: list[dict]) -> list[dp.Device]:
+        devices = published[:-1] if self.has("missing-device") else list(published)
         out = [dp.Device(ID=self.wire_id(d["id"]), health=d.get("health", "Healthy"),
                          topology=dp.TopologyInfo(nodes=[dp.NUMANode(ID=0 if self.has("wrong-numa") else d["numa"])]))
                for d in devices]
@@ -288,19 +307,21 @@ class ReferencePlugin:
             self.overheated.add(d.id)
         return d.id in self.overheated
 
+    def _effective_one(self, d: SeenDevice) -> dict | None:
+        """What to tell the kubelet of one device: None when absent, unhealthy when failed or overheated."""
+        if not d.present:
+            return None  # hot-unplugged: no longer listed
+        healthy = d.health == HEALTHY and not self._hot(d)
+        if self.has("stuck-unhealthy"):
+            if d.id in self.stuck:
+                healthy = False
+            elif not healthy:
+                self.stuck.add(d.id)
+        return {"id": d.id, "numa": d.numa, "health": HEALTHY if healthy else UNHEALTHY, "dev": d.host_path}
+
     def _effective(self, seen: list[SeenDevice]) -> list[dict]:
-        """What to tell the kubelet: present devices, unhealthy when failed or overheated."""
-        out = []
-        for d in seen:
-            if not d.present:
-                continue  # hot-unplugged: no longer listed
-            healthy = d.health == HEALTHY and not self._hot(d)
-            if self.has("stuck-unhealthy"):
-                if d.id in self.stuck:
-                    healthy = False
-                elif not healthy:
-                    self.stuck.add(d.id)
-            out.append({"id": d.id, "numa": d.numa, "health": HEALTHY if healthy else UNHEALTHY, "dev": d.host_path})
+        """What to tell the kubelet: the present devices."""
+        out = [e for e in map(self._effective_one, seen) if e is not None]
         if self.has("no-hotplug"):
             if self.frozen is None:
                 self.frozen = {d["id"]: d for d in out}
@@ -308,26 +329,65 @@ class ReferencePlugin:
             out = [current.get(i, frozen) for i, frozen in self.frozen.items()]
         return out
 
-    def refresh(self) -> None:
-        """Re-read the devices; tell the streams if anything changed."""
-        try:
-            devices = self._effective(self.source.read())
-        except (OSError, ValueError, yaml.YAMLError) as err:
-            log.warning("devices unreadable, keeping the last list: %s", err)
-            return
-        if devices == self.devices:
+    def _read_all(self) -> list[SeenDevice]:
+        seen = self.source.read()
+        self.seen = seen
+        at = {d.id: i for i, d in enumerate(seen)}
+        self._seen_at = at if len(at) == len(seen) else None
+        return seen
+
+    def _reread(self, dirs: set[Path]) -> tuple[list[dict], list[dict]] | None:
+        """The list with only these device dirs read again, and their entries; None when it takes a full read.
+
+        A full read is the answer whenever the set of devices may have changed: a dir that is no device (now),
+        a device not seen before, or one whose presence flipped.
+        """
+        if self._seen_at is None or not isinstance(self.source, SysfsSource):
+            return None
+        updated: dict[str, dict] = {}
+        for d in sorted(dirs):
+            fresh = self.source.read_one(d)
+            i = self._seen_at.get(d.name)
+            if fresh is None or i is None or fresh.present != self.seen[i].present:
+                return None
+            self.seen[i] = fresh
+            entry = self._effective_one(fresh)  # also moves the overheat and stuck-unhealthy state, as a full read
+            if entry is not None:
+                updated[fresh.id] = entry
+        # no-hotplug's frozen list is spliced the same way: a device it does not list stays unlisted.
+        devices = [updated.get(e["id"], e) for e in self.latest]
+        return devices, [e for e in devices if updated.get(e["id"]) is e]
+
+    def refresh(self, dirs: set[Path] | None = None) -> None:
+        """Re-read the devices (only these device dirs, when given); tell the streams if anything changed."""
+        partial = self._reread(dirs) if dirs else None
+        if partial is not None:
+            devices, changed = partial
+        else:
+            try:
+                devices = self._effective(self._read_all())
+            except (OSError, ValueError, yaml.YAMLError) as err:
+                log.warning("devices unreadable, keeping the last list: %s", err)
+                return
+            changed = None
+        self.latest = devices
+        if devices == self.devices:  # after a splice: identity for the untouched entries, so cheap
             return
         if self.has("slow-health"):
-            threading.Timer(SLOW_HEALTH_S, self._publish, args=(devices,)).start()
+            threading.Timer(SLOW_HEALTH_S, self._publish, args=(devices, changed)).start()
             return
-        self._publish(devices)
+        self._publish(devices, changed)
 
-    def _publish(self, devices: list[dict]) -> None:
+    def _publish(self, devices: list[dict], changed: list[dict] | None = None) -> None:
         with self.changed:
             self.devices = devices
             self.generation += 1
             self.changed.notify_all()
-        log.info("devices: %s", ", ".join(f"{d['id']}={d['health']}" for d in devices) or "none")
+        if changed is None:
+            log.info("devices: %s", ", ".join(f"{d['id']}={d['health']}" for d in devices) or "none")
+        else:  # the whole list on every one of a thousand changes would be most of the plugin's work
+            log.info("devices changed: %s (%d listed)", ", ".join(f"{d['id']}={d['health']}" for d in changed),
+                     len(devices))
 
     # -- serving and registering ---------------------------------------------
 
@@ -448,15 +508,28 @@ class ReferencePlugin:
                 os.read(nvml_wake, 4096)
                 self.refresh()
             if watcher.fileno() in ready:
-                devices_changed = False
-                for event in watcher.read(timeout=0):
-                    if event.wd == self._plugin_wd:
-                        self._on_event(event, loop)
-                    elif self.source.owns(event.wd, event.name):
-                        devices_changed = True
-                if devices_changed:
-                    self.source.watch(watcher)  # new device or class directories
-                    self.refresh()
+                self.on_events(watcher.read(timeout=0), watcher, loop)
+
+    def on_events(self, events: list[Event], watcher: INotify, loop: _RegisterLoop | None) -> None:
+        """One batch of inotify events: the plugin dir's, then one device read for all the batch's tree events."""
+        everything, dirs = False, set()
+        for event in events:
+            if event.mask & IN.Q_OVERFLOW:
+                everything = True  # events were dropped: which devices changed is unknown
+            elif event.wd == self._plugin_wd:
+                assert loop is not None
+                self._on_event(event, loop)
+            elif self.source.owns(event.wd, event.name):
+                what = self.source.device_of(event) if isinstance(self.source, SysfsSource) else ALL_DEVICES
+                if what == ALL_DEVICES:
+                    everything = True
+                elif isinstance(what, Path):
+                    dirs.add(what)
+        if everything:
+            self.source.watch(watcher)  # new device or class directories
+            self.refresh()
+        elif dirs:
+            self.refresh(dirs)
 
     def stream_ended(self) -> None:
         self.last_stream_end = time.monotonic()
