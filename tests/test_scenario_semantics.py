@@ -260,15 +260,22 @@ steps:
 """
 
 
-@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
-def test_a_held_register_is_answered_when_released(tmp_path: Path, node: str) -> None:
-    path = tmp_path / "hold.yaml"
-    path.write_text(HOLD_AND_RELEASE)
+def kept_on(tmp_path: Path, text: str, node: str) -> tuple[Path, str]:
+    """Run a scenario file's text on `node`, which must keep its correct behaviour (NOT REPRODUCED): its output
+    directory and what it printed; skipped on a real node that cannot run here."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
     out = tmp_path / "out"
     code, output, report = scenario_run(out, path, "--node", node)
     if outcome_of(report) == INCONCLUSIVE and node == "real":
         pytest.skip(report["checks"][0]["detail"].splitlines()[0])
     assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    return out, output
+
+
+@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
+def test_a_held_register_is_answered_when_released(tmp_path: Path, node: str) -> None:
+    out, output = kept_on(tmp_path, HOLD_AND_RELEASE, node)
     assert "armed: the next kubelet to start holds the next Register" in output, output
     assert "Register held in flight by kubelet instance 2" in output, output
     assert "released: kubelet instance 2 answers the Register it held" in output, output
@@ -302,13 +309,7 @@ steps:
 @pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
 def test_a_rejected_register_is_refused_on_the_wire_and_retried(tmp_path: Path, node: str) -> None:
     """`reject` on either kubelet: the fake's fault plan, or the relay's in front of the real one."""
-    path = tmp_path / "reject.yaml"
-    path.write_text(REJECT_THEN_RETRY)
-    out = tmp_path / "out"
-    code, output, report = scenario_run(out, path, "--node", node)
-    if outcome_of(report) == INCONCLUSIVE and node == "real":
-        pytest.skip(report["checks"][0]["detail"].splitlines()[0])
-    assert code == 0 and outcome_of(report) == NOT_REPRODUCED, output
+    out, _output = kept_on(tmp_path, REJECT_THEN_RETRY, node)
     timeline = timeline_of(out)
     refused = [e for e in timeline if e["kind"] == "fault.fired" and e["data"]["method"] == "Register"]
     accepted = [e for e in timeline if e["kind"] == "kubelet.register" and e["data"].get("accepted")
