@@ -195,12 +195,21 @@ def test_failing_mutant_exits_1_with_repro(tmp: Path, tmp_path: Path) -> None:
     assert leftovers(tmp) == []
 
 
-def _wait_for_plugin_socket(tmp: Path, deadline_s: float) -> None:
-    """Block until some sandbox under `tmp` has the reference plugin's socket (inotify, bounded)."""
+# A fakelet run, its xdist worker, the sandbox and the plugin all start before the socket appears: seconds on a
+# quiet machine, about a minute at a load of 30 on 2 cores. The wait ends early if the run exits first.
+PLUGIN_SOCKET_WAIT_S = 150
+INOTIFY_SLICE_MS = 500  # how often the wait looks whether the run is still alive
+
+
+def _wait_for_plugin_socket(tmp: Path, deadline_s: float, run: subprocess.Popen | None = None) -> None:
+    """Block until some sandbox under `tmp` has the reference plugin's socket (inotify, bounded); fail at once if
+    `run` exited first."""
     deadline = time.monotonic() + deadline_s
     with INotify() as watcher:
         watched: set[Path] = set()
         while time.monotonic() < deadline:
+            if run is not None and run.poll() is not None:
+                raise AssertionError(f"the run exited ({run.returncode}) before its plugin's socket appeared")
             # Watch every directory on the way down before looking, so no creation is missed.
             for d in [tmp, *tmp.glob("*"), *tmp.glob("*/kubelet"), *tmp.glob("*/kubelet/device-plugins")]:
                 if d.is_dir() and d not in watched:
@@ -208,7 +217,7 @@ def _wait_for_plugin_socket(tmp: Path, deadline_s: float) -> None:
                     watched.add(d)
             if any(tmp.glob("*/kubelet/device-plugins/fakelet-dp.sock")):
                 return
-            watcher.read(timeout=int(max(0.0, deadline - time.monotonic()) * 1000))
+            watcher.read(timeout=int(min(INOTIFY_SLICE_MS, max(0.0, deadline - time.monotonic()) * 1000)))
     raise AssertionError(f"no plugin socket appeared under {tmp} within {deadline_s}s")
 
 
@@ -221,7 +230,7 @@ def test_interrupt_leaves_nothing_behind(tmp: Path, tmp_path: Path, sig: signal.
                              "--out", str(tmp_path / "out")], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for_plugin_socket(tmp, 60)
+        _wait_for_plugin_socket(tmp, PLUGIN_SOCKET_WAIT_S, proc)
         os.killpg(proc.pid, sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -251,7 +260,7 @@ def test_a_killed_run_takes_its_checks_down_and_the_next_run_reaps_what_is_left(
     proc = subprocess.Popen([sys.executable, "-m", "harness.run.cli", "run", "--check", "DP-RST-04",
                              "--out", str(tmp_path / "out")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    _wait_for_plugin_socket(tmp, 60)
+    _wait_for_plugin_socket(tmp, PLUGIN_SOCKET_WAIT_S, proc)
     proc.kill()  # SIGKILL: fakelet itself gets no say
     proc.wait()
     # Its check run got SIGTERM from the kernel (parent-death signal) and tears down, bounded.
