@@ -188,7 +188,7 @@ def _marker(item: pytest.Item) -> pytest.Mark | None:
 DETAIL_CAP_CHARS = 16_000
 # How long an interrupted run's xdist workers get to tear their checks down: under `fakelet run`'s own
 # grace (harness/run/commands.py INTERRUPT_GRACE_S), after which it kills the whole check run.
-WORKER_TEARDOWN_S = 25.0  # one verdict's detail in every report format
+WORKER_TEARDOWN_S = 25.0
 
 
 class Collector:
