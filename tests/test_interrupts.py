@@ -353,3 +353,22 @@ def test_a_reader_that_stops_early_gets_no_error() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert err == ""
+
+
+def test_an_orphaned_check_run_kills_its_process_group_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI saw a check run outlive its SIGKILLed `fakelet run` by more than 120 s: nobody was left to end a hung
+    teardown. On a stop signal with its parent gone, the backstop kills the group once the grace is over."""
+    import threading
+
+    from harness.run import stopping
+
+    killed = threading.Event()
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(stopping.os, "getppid", lambda: 4242)
+    backstop = stopping.OrphanBackstop(0.05)
+    monkeypatch.setattr(stopping.os, "killpg", lambda pgid, sig: (calls.append((pgid, sig)), killed.set()))
+    backstop(15)
+    assert not calls  # its parent is alive: `fakelet run` stops it
+    monkeypatch.setattr(stopping.os, "getppid", lambda: 1)
+    backstop(15)
+    assert killed.wait(5) and calls == [(stopping.os.getpgrp(), stopping.signal.SIGKILL)]

@@ -41,7 +41,7 @@ from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import provenance, scheduler
-from harness.run.stopping import StopSignals
+from harness.run.stopping import OrphanBackstop, StopSignals
 from harness.spec.checks import (
     KIND_REASON,
     NOT_APPLICABLE,
@@ -189,6 +189,9 @@ DETAIL_CAP_CHARS = 16_000
 # How long an interrupted run's xdist workers get to tear their checks down: under `fakelet run`'s own
 # grace (harness/run/commands.py INTERRUPT_GRACE_S), after which it kills the whole check run.
 WORKER_TEARDOWN_S = 25.0
+# An orphaned check run's teardown, then its process group is killed (stopping.OrphanBackstop): what `fakelet
+# run` itself allows an interrupted check run (commands.py INTERRUPT_GRACE_S), plus the time to write the report.
+ORPHAN_GRACE_S = 40.0
 
 
 class Collector:
@@ -202,7 +205,8 @@ class Collector:
         self.findings: list[str] = []
         self.cleanup: list[str] = []
         self.interrupted = False
-        self.stop = StopSignals()  # installed at session start, in this process and in each xdist worker
+        # Installed at session start, in this process and in each xdist worker.
+        self.stop = StopSignals(on_first=OrphanBackstop(ORPHAN_GRACE_S))
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")

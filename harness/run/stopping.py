@@ -11,6 +11,7 @@ reads `requested` afterwards to call the run interrupted.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -23,11 +24,12 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class StopSignals:
     """SIGINT and SIGTERM for one process: at most one KeyboardInterrupt, ever."""
 
-    def __init__(self, on_again: Callable[[int], None] | None = None) -> None:
+    def __init__(self, on_again: Callable[[int], None] | None = None,
+                 on_first: Callable[[int], None] | None = None) -> None:
         self.requested = False  # a stop signal arrived (raised or only noted)
         self.raised = False  # the one KeyboardInterrupt has been raised
         self._shields = 0
-        self._on_again = on_again
+        self._on_again, self._on_first = on_again, on_first
 
     def install(self) -> StopSignals:
         # Python delivers signals to the main thread only, and only it may set handlers.
@@ -39,6 +41,8 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         again = self.requested
         self.requested = True
+        if not again and self._on_first is not None:
+            self._on_first(signum)
         if self.raised or self._shields:
             if again and self._on_again is not None:
                 self._on_again(signum)
@@ -60,3 +64,22 @@ class StopSignals:
         if self.requested and not self.raised:
             self.raised = True
             raise KeyboardInterrupt
+
+
+class OrphanBackstop:
+    """A check run whose `fakelet run` died outright (SIGKILL, OOM) gets SIGTERM from the kernel (its parent-death
+    signal) and tears down; nobody is left to kill it if that teardown hangs, as `fakelet run` would after its
+    grace. So on a stop signal with its parent gone, the run's whole process group (itself and its xdist workers)
+    is killed once the grace has passed; what it leaves, the next run's reaper removes."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.parent = os.getppid()
+
+    def __call__(self, signum: int) -> None:
+        if os.getppid() == self.parent:
+            return  # `fakelet run` is alive: it stops the check run itself, bounded by the same grace
+        timer = threading.Timer(self.grace_s, os.killpg, args=(os.getpgrp(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
+
