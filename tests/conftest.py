@@ -81,12 +81,27 @@ SAMPLE_NOTE_KEY = "fakelet_sample_note"  # in an xdist worker's workeroutput
 
 @pytest.hookimpl(trylast=True)  # after -m and -k: the counts are of what this run selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import matrix_sample
+
+    if not matrix_sample.full():
+        _sample(config, items)
+    _longest_first(config, items)
+
+
+def _longest_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each xdist worker's share of the run starts with its longest tests (tests/longest_first.py)."""
+    import longest_first
+
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    known = longest_first.load()
+    items[:] = longest_first.interleave(items, [longest_first.expected(i.nodeid, known) for i in items], workers)
+
+
+def _sample(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The kill matrix and the scenarios in the default run: what changed plus a fixed sample
     (tests/matrix_sample.py)."""
     import matrix_sample
 
-    if matrix_sample.full():
-        return
     keep, drop = [], []
     taken = {"kill matrix": [0, 0], "scenarios": [0, 0], "scenarios on the real kubelet": [0, 0]}
     kills_only = 0
@@ -143,7 +158,25 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(line)
 
 
+_DURATIONS: list[Any] = []  # the recorder, when FAKELET_RECORD_DURATIONS names a file
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    import longest_first
+
+    if not os.environ.get(longest_first.RECORD_ENV):
+        return  # under xdist the controller hears every worker's reports too, and only it writes the file
+    if not _DURATIONS:
+        _DURATIONS.append(longest_first.Recorder())
+    _DURATIONS[0].add(report.nodeid, report.duration)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    import longest_first
+
+    if _DURATIONS and (path := os.environ.get(longest_first.RECORD_ENV)) \
+            and getattr(session.config, "workerinput", None) is None:
+        _DURATIONS[0].write(Path(path))
     # Under xdist the workers collect, not the controller that prints the summary: hand the note over.
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:

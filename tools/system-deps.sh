@@ -10,6 +10,10 @@
 # - gcc: compiles fakelet's own NVML-compatible library (fake_devices/nvml/libnvml.c) on first use.
 # An install takes minutes on a fresh machine: it says what it installs and why, and how long it took.
 set -euo pipefail
+# tox runs envs side by side (tox p): one install at a time, and a second caller finds the first's packages.
+# The lock is on this script itself, so nothing is left behind.
+exec 9<"${BASH_SOURCE[0]}"
+flock 9
 declare -A why=(
     [etcd-server]="etcd for the local API server of the DRA checks"
     [containerd]="the real kubelet's container runtime"

@@ -24,8 +24,9 @@ def envs(path: Path = ROOT / "tox.ini") -> tuple[list[str], dict[str, dict[str, 
 def render() -> str:
     listed, found = envs()
     out = header("tox environments", "tox.ini",
-                 "`tox` alone runs every environment of `env_list`, in this order: that is what CI runs (`.ci/run`). "
-                 "`tox -e NAME` runs one. `{posargs}` takes what follows `--`.")
+                 "`tox p -p 2` runs every environment of `env_list`, two at a time, starting them in this order as "
+                 "a slot frees; each env's output shows when it ends: that is what CI runs (`.ci/run`). `tox` alone "
+                 "runs them one after the other. `tox -e NAME` runs one. `{posargs}` takes what follows `--`.")
     rows = []
     for name in [*listed, *sorted(set(found) - set(listed))]:
         env = found.get(name, {})
