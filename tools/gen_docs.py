@@ -1,4 +1,5 @@
-"""Regenerate the docs site's reference pages (docs/reference/) from the code they describe.
+"""Regenerate the docs site's reference pages (docs/reference/), and the README's table of measured goals,
+from the code and data they describe.
 
     python tools/gen_docs.py          # rewrite the generated pages
     python tools/gen_docs.py --check  # exit 1 if a committed page differs from what the code renders now
@@ -26,6 +27,7 @@ from docgen import (  # noqa: E402  (after the path is set)
     cli_page,
     figures_page,
     library_page,
+    readme_figures,
     report_page,
     subject_page,
     surfaces_page,
@@ -79,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a committed page is stale")
     args = parser.parse_args(argv)
     pages = render_all()
+    readme = readme_figures.rewrite(readme_figures.README.read_text())
     if args.check:
-        diffs = stale(pages)
+        diffs = stale(pages) + stale({readme_figures.README.name: readme}, ROOT)
         for diff in diffs:
             sys.stdout.write(diff + "\n")
         if diffs:
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     REFERENCE.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():
         (REFERENCE / name).write_text(text)
+    readme_figures.README.write_text(readme)  # its table of measured goals, between its markers
     print(f"gen_docs: wrote {len(pages)} pages to {REFERENCE.relative_to(ROOT)}/")
     return 0
 
