@@ -421,10 +421,15 @@ def write_config(run: RunConfig, out: Path, directory: Path) -> Path:
     return dataclasses.replace(run, out=out).save(directory / "run.json")
 
 
+# A check run loads the plugins its command line names and no others (its xdist workers inherit this).
+CHECK_RUN_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def pytest_argv(args: argparse.Namespace, run: RunConfig, config: Path) -> list[str]:
+    # Only fakelet's own plugin (and xdist's): the others installed beside it (faker, hypothesis, anyio,
+    # pytest-kind, ...) serve no check and cost every xdist worker about 0.7 s of CPU to load (CHECK_RUN_ENV).
     argv = [sys.executable, "-m", "pytest", "--pyargs", run.suite_package, "-p", "no:cacheprovider",
-            # Plugins no check uses: faker's and hypothesis's import about 2 s of CPU into every xdist worker.
-            "-p", "no:faker", "-p", "no:hypothesispytest",
+            "-p", "harness.run.pytest_plugin",
             "--no-header", "-q" if args.verbose else "-qq", "--tb=short" if args.verbose else "--tb=no",
             "--fakelet-config", str(config)]
     # One kind cluster, one node: its checks take turns (each restarts that node's kubelet).
@@ -483,7 +488,8 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
         # Its own process group, so that an interrupt reaches its xdist workers at once, not after their checks.
         with _stop.shielded():  # a check run started must be known here, to be stopped
             argv = [*pytest_argv(args, run, config), "--basetemp", basetemp]
-            proc = subprocess.Popen(die_with_parent(argv, "TERM"), stdout=stdout, start_new_session=True)
+            proc = subprocess.Popen(die_with_parent(argv, "TERM"), stdout=stdout, start_new_session=True,
+                                    env={**os.environ, **CHECK_RUN_ENV})
         try:
             _stop.raise_if_requested()
             code = proc.wait()
