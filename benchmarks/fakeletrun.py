@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ABORT_GRACE_S = 30.0  # a stopped run's own clean-up before it is killed
+_WARNED: list[bool] = []  # the bytecode warning, once per benchmark
 
 
 @dataclass
@@ -28,8 +29,20 @@ class TimedRun:
     load: float  # the 1-minute load average, mean of the start's and the end's
 
 
+def bytecode_warning() -> str | None:
+    """With PYTHONDONTWRITEBYTECODE set, every process of a run compiles every module it imports (about 2 s of CPU
+    each, on 2 cores): a whole-run timing would measure the compiler. tox never passes the variable on."""
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return ("warning: PYTHONDONTWRITEBYTECODE is set, so each process of the run compiles what it imports; "
+                "unset it (env -u PYTHONDONTWRITEBYTECODE ...) to time what users run")
+    return None
+
+
 def timed_run(run_args: list[str], verbose: bool, prefix: str) -> TimedRun:
     """`fakelet run RUN_ARGS --out TMP`: its wall time, exit code, report.json and the machine's load."""
+    if (warning := bytecode_warning()) and not _WARNED:
+        _WARNED.append(True)
+        print(warning, file=sys.stderr, flush=True)
     out = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         argv = [sys.executable, "-m", "harness.run.cli", "run", *run_args, "--out", str(out)]
