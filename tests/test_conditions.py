@@ -315,3 +315,36 @@ def test_the_new_conditions_load(condition: str) -> None:
 def test_dialed_and_pod_resources_are_for_dra_too() -> None:
     text = SCENARIO.replace("kind: device-plugin", "kind: dra")
     loads(text.replace("CONDITION", "dialed: {socket: dra.sock}, pod_resources: {pod: p, present: false}"), "x.yaml")
+
+
+def _cdi_conditions(cdi_dir: Path, uid: str, ids: list[str]) -> Conditions:
+    from harness.scenarios.outcomes import PodRecord
+
+    pod = PodRecord("w", uid, 1, cdi_ids={uid: ids})
+    env = SimpleNamespace(sandbox=SimpleNamespace(cdi_dir=cdi_dir))
+    return Conditions(SimpleNamespace(env=env, began_ns=0, _pod=lambda name: pod))  # type: ignore[arg-type]
+
+
+def _spec(cdi_dir: Path, name: str, kind: str, device: str) -> Path:
+    path = cdi_dir / name
+    path.write_text(json.dumps({"cdiVersion": "0.5.0", "kind": kind, "devices": [{"name": device}]}))
+    return path
+
+
+def test_a_deleted_pods_cdi_is_judged_by_its_claims_own_devices_not_a_shared_one(tmp_path: Path) -> None:
+    """dra-example-driver returns a claim's own device and `gpu=common`, which every claim shares and which stays
+    after unprepare: `cdi: {present: false}` asks only for the claim's own devices to go (fakelet explore's first
+    finding on that driver was this artifact, before the condition judged as DRA-TNT-04 does)."""
+    uid = "0b9c4f4e-1111-2222-3333-444455556666"
+    _spec(tmp_path, "k8s.gpu.example.com-gpu.json", "k8s.gpu.example.com/gpu", "common")
+    own = _spec(tmp_path, f"k8s.gpu.example.com-claim_{uid}.json", "k8s.gpu.example.com/claim", f"{uid}-gpu-0")
+    ids = ["k8s.gpu.example.com/gpu=common", f"k8s.gpu.example.com/claim={uid}-gpu-0"]
+    conditions = _cdi_conditions(tmp_path, uid, ids)
+    assert conditions._cdi({"pod": "w", "present": True})[0]
+    held, seen = conditions._cdi({"pod": "w", "present": False})
+    assert not held and f"{uid}-gpu-0" in seen  # the claim's own device is still defined: a leak
+    own.unlink()
+    held, seen = conditions._cdi({"pod": "w", "present": False})
+    assert held, seen
+    assert "1 shared device(s) stay" in seen
+    assert not conditions._cdi({"pod": "w", "present": True})[0]

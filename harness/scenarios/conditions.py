@@ -37,7 +37,7 @@ from harness.node.fake import FakeNode
 from harness.node.real.cluster import NAMESPACE as CLUSTER_NAMESPACE
 from harness.node.real.configs import STATE_HOLD_S
 from harness.scenarios.outcomes import Inconclusive
-from harness.world.cdispecs import defined_devices
+from harness.world.cdispecs import defined_devices, left_for_claim
 
 if TYPE_CHECKING:
     # The stage as its pod steps see it (Stage is one): conditions look pods up by name.
@@ -464,10 +464,19 @@ class Conditions:
         ids = [i for ids in pod.cdi_ids.values() for i in ids]
         if not ids:
             return False, f"pod {pod.name}'s claims were prepared with no CDI devices"
-        defined = defined_devices(self.env.sandbox.cdi_dir)
-        present = [i for i in ids if i in defined]
-        ok = bool(present) == want["present"] and (not want["present"] or len(present) == len(ids))
-        return ok, f"CDI devices of {pod.name}: {len(present)} of {len(ids)} defined"
+        cdi_dir = self.env.sandbox.cdi_dir
+        if want["present"]:
+            defined = defined_devices(cdi_dir)
+            present = [i for i in ids if i in defined]
+            return len(present) == len(ids), f"CDI devices of {pod.name}: {len(present)} of {len(ids)} defined"
+        # Gone means the claims' own devices are gone: a device every claim shares (dra-example-driver's
+        # `gpu=common`) or a driver's static spec may stay, as DRA-TNT-04 judges it (cdispecs.left_for_claim).
+        left = {c: f for uid, claim_ids in pod.cdi_ids.items()
+                for c, f in left_for_claim(cdi_dir, uid, claim_ids).items()}
+        shared = len([i for i in ids if i in defined_devices(cdi_dir)]) - len(left)
+        return not left, (f"CDI devices of {pod.name}'s own claims still defined: {len(left)} of {len(ids)}"
+                          + (f" ({', '.join(sorted(left))})" if left else "")
+                          + (f"; {shared} shared device(s) stay, as they may" if shared else ""))
 
     def _dialed(self, want: dict[str, Any]) -> tuple[bool, str]:
         self._wire("the sockets the kubelet dialed")

@@ -143,7 +143,8 @@ CONDITION_MEANING = {
     "resources_status": "a pod's allocatedResourcesStatus: the health of every device it was given",
     "calls": "the kubelet's calls to the plugin of one method",
     "checkpoint": "the kubelet's checkpoint: the device manager's entries of a pod, or the DRA manager's claims",
-    "cdi": "whether the CDI spec files of a pod's claims define its devices",
+    "cdi": ("whether the CDI spec files define the devices of a pod's claims (gone: its claims' own devices; "
+            "a device every claim shares may stay)"),
     "dialed": "the kubelet's dials of one socket",
     "held": "a call held by `hold: {call: ...}` reached the kubelet side and is being held",
     "slices": "the devices the driver published in its ResourceSlices",

@@ -78,7 +78,8 @@ the scenario's start (or with `since: step`, from the start of the wait or expec
                    the kubelet's calls to the plugin of that method (Allocate, ListAndWatch, GetInfo, ...;
                    a stream counts once, as it is opened), whatever their outcome
   checkpoint: {pod: NAME, devices: COUNT} | {claims: COUNT, devices: COUNT}   the kubelet's checkpoint (DP, DRA)
-  cdi: {pod: NAME, present: true | false}      the CDI spec files of the pod's claims
+  cdi: {pod: NAME, present: true | false}      the CDI spec files of the pod's claims (false: the claims' own
+                   devices are gone; a device every claim shares may stay)
   dialed: {socket: NAME, [count: COUNT], [plugin_instance: N], [since: scenario | step]}
                    the kubelet's dials of that socket (its file name, or its whole path), whatever their
                    outcome (count defaults to at_least 1); with plugin_instance, only those made while the
