@@ -77,7 +77,10 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     ctx, rules = _without_eviction(ctx, rules, plane, say)
     # A step that started before the end may still wait out its bound after it (a mutant that never reacts).
     in_flight = min(run.profile.reaction_s, options.budget_s / 4)
-    session = Session(run, ctx, rules, plane, why, began + options.budget_s - in_flight, say, verbose=options.verbose)
+    # The budget is for search, shrinking and the replay: it starts once the API server is up (a DRA driver's local
+    # one takes seconds to start, 40 on a loaded machine, and is made once for every example).
+    session = Session(run, ctx, rules, plane, why, time.monotonic() + options.budget_s - in_flight, say,
+                      verbose=options.verbose)
     say(f"explore {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}: seed {options.seed}, budget "
         f"{options.budget_s:g}s, up to {options.max_steps} steps per example, rules: "
         f"{', '.join(r.name for r in rules)}")

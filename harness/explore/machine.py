@@ -25,8 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane
-from harness.explore.model import DP, Device, Model, expectations, merged, split
-from harness.explore.rules import Context, Rule
+from harness.explore.model import DP, DRA, Device, Model, expectations, merged, split
+from harness.explore.rules import THERMAL_MARGIN_C, Context, Rule
 from harness.instruments.timeline import WaitTimeout
 from harness.scenarios.conditions import Conditions
 from harness.scenarios.outcomes import Inconclusive, Symptom
@@ -299,7 +299,10 @@ def _devices(env: DPEnv, ctx: Context) -> list[Device]:
     if env.devices is None:
         return [Device() for _ in range(env.expected_count or 0)]
     threshold = ctx.thermal[0]
-    return [Device(present=d.present, failed=d.health != "Healthy", hot=d.temperature_c >= threshold)
+    # Warm: over what device-cool cools to (rules.py), so maybe past the driver's warning temperature (its own).
+    cool = threshold - ctx.thermal[1] - THERMAL_MARGIN_C
+    return [Device(present=d.present, failed=d.health != "Healthy", hot=d.temperature_c >= threshold,
+                   warm=ctx.kind == DRA and cool < d.temperature_c < threshold)
             for d in env.devices.devices()]
 
 

@@ -534,11 +534,14 @@ class Conditions:
         if cache is None:
             raise Inconclusive("device_health reads the fake kubelet's DRAResourceHealth cache: this kubelet has "
                                "none in fakelet's reach (a pod's resources_status reads the same)")
+        env: Any = self.env
+        pools = {d.get("name"): str(((sl.get("spec") or {}).get("pool") or {}).get("name", ""))
+                 for sl in env.slices() for d in (sl.get("spec") or {}).get("devices") or []}
         seen = []
         for key, health in (("healthy", "Healthy"), ("unhealthy", "Unhealthy")):
             for ref in want.get(key, []):
                 device = self.stage.device(ref)  # type: ignore[attr-defined]
-                got = cache.get(self.env.driver, self.stage._pool_of(device), device).health  # type: ignore[attr-defined]
+                got = cache.get(env.driver, pools.get(device, env.node_name), device).health
                 seen.append(f"{device} {got or 'Unknown'}")
                 if got != health:
                     return False, f"the kubelet holds {device} {got or 'Unknown'} (wanted {health}); " + \
