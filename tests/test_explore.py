@@ -227,6 +227,19 @@ def test_the_dra_conditions_are_dra_vocabulary() -> None:
     assert problem("kubelet", "drop-health-stream", "device-plugin") is not None
 
 
+def test_a_repro_waits_as_the_exploration_judged() -> None:
+    """The invariants that held on the way become waits with their options: a first glimpse stays a glimpse, and a
+    bound widened for the kubelet's retry after a dropped health stream stays widened, or the replay would hold
+    the subject to more than the exploration did (inconclusive, another story)."""
+    steps = [{"kubelet": "start"}, {"kubelet": "drop-health-stream"},
+             {"expect": {"device_health": {"healthy": ["@0"]}}, "glimpse": True, "within": "10s"},
+             {"expect": {"registered": True}, "glimpse": True}]
+    finding = Finding("EXP-DRA-REGISTERED", "x", steps, ["x"] * len(steps), [], 1.0, 1.0)
+    out = repro.scenario_steps(finding)
+    assert out[2] == {"wait": {"device_health": {"healthy": ["@0"]}}, "glimpse": True, "within": "10s"}
+    assert out[3] == steps[3]
+
+
 def test_taints_condition_judges_the_drivers_own_taints() -> None:
     """Only the driver's taints that keep claims away count; NoExecute where only NoSchedule is allowed breaks it."""
     from types import SimpleNamespace
