@@ -405,6 +405,12 @@ TABLE = [
         "give-up-on-reject", "no-wait-for-kubelet")],
     *[("reference-dp", d, None, 150, False) for d in ("slow-reregister", "empty-first-list", "repeat-lists", None)],
     ("reference-dra", "forgets-after-restart", ("pod-admitted", "plugin-restart", "pod-deleted"), 150, True),
+    # The DRA mutants explore found with every rule in 120 s (docs/explore.md, rows marked §).
+    *[("reference-dra", d, None, 150, True) for d in (
+        "no-health", "split-health-socket", "health-silent", "wrong-endpoint", "getinfo-slow", "getinfo-hang",
+        "bad-driver-name", "unserved-version", "bad-slice", "one-kubelet-only", "single-stream", "stale-health",
+        "stale-socket-crash", "no-hotplug", "dies-mid-prepare", "prepare-hang", "wrong-cdi-id", "taint-never-cleared",
+        "leaves-cdi-after-eviction", "unprepare-fails-after-eviction", "unprepare-hang")],
     ("reference-dra", None, None, 150, False),
 ]
 

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane
-from harness.explore.model import DP, DRA, Device, Model, expectations, merged, split
+from harness.explore.model import DP, DRA, HELD, Device, Model, expectations, merged, split
 from harness.explore.rules import THERMAL_MARGIN_C, Context, Rule
 from harness.instruments.timeline import WaitTimeout
 from harness.scenarios.conditions import Conditions
@@ -268,11 +268,16 @@ class ExplorerMachine(RuleBasedStateMachine):
         within = {"within": f"{self.session.run.profile.reaction_s + self.model.grace_s:g}s"} \
             if self.model.grace_s else {}
         self.model.grace_s = 0.0
-        for group in split(expectations(self.model)):
-            self.session.judged.update(invariant for invariant, _conds in group)
-            self.groups[len(self.log)] = group
-            self._one("invariants" if not held else "held",
-                      {"expect": merged(group), **({} if held else {"glimpse": True}), **within})
+        expected = expectations(self.model)
+        for kept in (False, True):
+            # An invariant that says what must not appear (HELD) holds at the first moment, before the subject has
+            # reacted at all: it is held for a node-status period after every step, or it would judge nothing.
+            items = [e for e in expected if (e[0] in HELD) == kept]
+            glimpse = {} if held or kept else {"glimpse": True}
+            for group in split(items):
+                self.session.judged.update(invariant for invariant, _conds in group)
+                self.groups[len(self.log)] = group
+                self._one("invariants" if not held else "held", {"expect": merged(group), **glimpse, **within})
 
     def _found(self, group: list[tuple[str, dict[str, Any]]], detail: str) -> None:
         assert self.stage is not None

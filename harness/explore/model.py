@@ -74,6 +74,11 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
 )}
 
 
+# Invariants that say what must not appear (a taint on a healthy device): at the first moment after a step they
+# hold whatever the subject does, since it has not reacted yet. Each step holds them for a node-status period.
+HELD = frozenset({"EXP-DRA-TAINTS"})
+
+
 @dataclass
 class Device:
     present: bool = True
