@@ -240,6 +240,34 @@ def test_a_repro_waits_as_the_exploration_judged() -> None:
     assert out[3] == steps[3]
 
 
+def test_a_shared_cdi_device_may_outlive_the_claim(tmp_path: Path) -> None:
+    """cdi present: false judges the claim's own devices (named after it, or in its spec file), as DRA-TNT-02 does:
+    dra-example-driver's gpu=common, in every claim's answer, stays defined, and explore called that
+    EXP-DRA-UNPREPARED until the condition judged so."""
+    import json
+    from types import SimpleNamespace
+
+    from harness.scenarios.conditions import Conditions
+
+    def spec(name: str, devices: list[str]) -> None:
+        body = {"cdiVersion": "0.6.0", "kind": "k8s.gpu.example.com/gpu", "devices": [{"name": d} for d in devices]}
+        (tmp_path / name).write_text(json.dumps(body))
+
+    spec("common.json", ["common"])
+    pod = SimpleNamespace(name="p", cdi_ids={"uid-1": ["k8s.gpu.example.com/gpu=common",
+                                                        "k8s.gpu.example.com/gpu=uid-1-gpu-0"]})
+    stage = SimpleNamespace(env=SimpleNamespace(sandbox=SimpleNamespace(cdi_dir=tmp_path)), began_ns=0,
+                            _pod=lambda name: pod)
+    c = Conditions(stage)  # type: ignore[arg-type]
+    assert c.holds({"cdi": {"pod": "p", "present": False}})[0]
+    assert not c.holds({"cdi": {"pod": "p", "present": True}})[0]
+    spec("claim-uid-1.json", ["uid-1-gpu-0"])
+    assert c.holds({"cdi": {"pod": "p", "present": True}})[0]
+    ok, seen = c.holds({"cdi": {"pod": "p", "present": False}})
+    assert not ok and "uid-1-gpu-0" in seen
+    assert "EXP-DRA-TAINTS" in model.HELD
+
+
 def test_taints_condition_judges_the_drivers_own_taints() -> None:
     """Only the driver's taints that keep claims away count; NoExecute where only NoSchedule is allowed breaks it."""
     from types import SimpleNamespace
