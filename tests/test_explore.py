@@ -1,7 +1,8 @@
 """`fakelet explore`: its flags, its model, and proof that it finds bugs and only bugs.
 
-The default run (tox -e py) takes a small sample, each under a minute: two reference mutants
-found with a fixed seed and replayed as reproduced, and the reference plugin with no finding.
+The default run (tox -e py) takes a small sample, each under a minute: two reference device-plugin
+mutants and one DRA mutant found with a fixed seed and replayed as reproduced, and the reference plugin
+with no finding.
 FAKELET_EXPLORE=full (tox -e explore) runs every mutant of the table in docs/explore.md with
 the whole rule set and the table's budget.
 """
