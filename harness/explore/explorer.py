@@ -9,6 +9,7 @@ a failure (every finding is true); one that does not is reported, unjudged, as w
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Callable
@@ -21,10 +22,11 @@ from hypothesis.errors import HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
 from harness.config.runconfig import RunConfig
+from harness.controlplane import ControlPlane
 from harness.explore import repro
 from harness.explore.machine import Finding, InvariantBroken, Session, machine_for
 from harness.explore.model import INVARIANTS
-from harness.explore.rules import DEFAULT_MAX_STEPS, applicable, context_of
+from harness.explore.rules import DEFAULT_MAX_STEPS, EVICTION, Context, Rule, applicable, context_of
 from harness.scenarios import runner
 from harness.scenarios.schema import REPRODUCED, load
 from reports.model import ERROR, FAIL, NOT_EXERCISED, PASS, SKIP, CheckResult, SubjectReport
@@ -62,6 +64,9 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     if not rules:
         raise ValueError(f"no rule applies to {run.spec.name} (a {ctx.kind} observing "
                          f"{', '.join(sorted(ctx.observes)) or 'nothing'})")
+    if not run.kubelet_version.health_versions:  # this kubelet never opens NodeWatchResources: no health to judge
+        ctx = dataclasses.replace(ctx, observes=ctx.observes - {"health"})
+        rules = [r for r in rules if r.applies(ctx)]
     began = time.monotonic()
     started = datetime.datetime.now(datetime.UTC)
     report = SubjectReport(subject=run.spec.name, profile=run.profile.name, seed=options.seed, defect=run.defect,
@@ -69,9 +74,13 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     report.timings = run.profile.describe()
     result = Result(report)
     plane, why = runner._control_plane(run, "fake")  # one API server for every example (DRA), as a scenario's
+    ctx, rules = _without_eviction(ctx, rules, plane, say)
     # A step that started before the end may still wait out its bound after it (a mutant that never reacts).
     in_flight = min(run.profile.reaction_s, options.budget_s / 4)
-    session = Session(run, ctx, rules, plane, why, began + options.budget_s - in_flight, say, verbose=options.verbose)
+    # The budget is for search, shrinking and the replay: it starts once the API server is up (a DRA driver's local
+    # one takes seconds to start, 40 on a loaded machine, and is made once for every example).
+    session = Session(run, ctx, rules, plane, why, time.monotonic() + options.budget_s - in_flight, say,
+                      verbose=options.verbose)
     say(f"explore {run.spec.name}{f' --defect {run.defect}' if run.defect else ''}: seed {options.seed}, budget "
         f"{options.budget_s:g}s, up to {options.max_steps} steps per example, rules: "
         f"{', '.join(r.name for r in rules)}")
@@ -95,6 +104,20 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
             plane.stop()
     _fill(report, result, session, options, began, out, shown or out)
     return result
+
+
+def _without_eviction(ctx: Context, rules: list[Rule], plane: ControlPlane | None,
+                      say: Callable[[str], None]) -> tuple[Context, list[Rule]]:
+    """No eviction rule where no kube-controller-manager evicts (DRA-TNT-02 skips there too)."""
+    why = "no API server" if plane is None else plane.controllers_error
+    if EVICTION not in ctx.observes or not why:
+        return ctx, rules
+    ctx = dataclasses.replace(ctx, observes=ctx.observes - {EVICTION})
+    left = [r for r in rules if r.applies(ctx)]
+    if len(left) < len(rules):
+        say(f"explore: not run: {', '.join(r.name for r in rules if r not in left)} (no device-taint eviction "
+            f"controller: {why})")
+    return ctx, left
 
 
 def _search(session: Session, options: Options) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.spec.profiles import DRA_CALL_TIMEOUT_S, REREGISTER_BOUND_S
+from harness.spec.profiles import DRA_CALL_TIMEOUT_S, DRA_HEALTH_RETRY_S, DRA_HEALTH_TIMEOUT_S, REREGISTER_BOUND_S
 
 DP, DRA = "device-plugin", "dra"
 # What the kubelet's devicemanager reports once a plugin's stream ends (endpoint.go: every device of a stopped
@@ -53,9 +53,30 @@ INVARIANTS: dict[str, Invariant] = {i.id: i for i in (
               f"T = {REREGISTER_BOUND_S:g} s (the driver's reaction bound)", (DRA,)),
     Invariant("EXP-DRA-PREPARED", "a running pod's claims have their CDI devices defined",
               f"{DRA_CALL_TIMEOUT_S:g} s (dra_plugin.go defaultClientCallTimeout) within T", (DRA,)),
-    Invariant("EXP-DRA-UNPREPARED", "a deleted pod's claims leave no CDI devices behind",
+    Invariant("EXP-DRA-UNPREPARED", "a deleted (or evicted) pod's claims leave no CDI devices behind",
               f"{DRA_CALL_TIMEOUT_S:g} s (dra_plugin.go defaultClientCallTimeout) within T", (DRA,)),
+    # DRA-HLT-01/02's judgement, on what the kubelet holds: a pod on the device reads the same in its status.
+    Invariant("EXP-DRA-HEALTH", "a driver that streams health (the subject profile observes health) has the kubelet "
+              "hold each device present Healthy, or Unhealthy while failed or over the driver's limit, never "
+              "Unknown",
+              f"T = {REREGISTER_BOUND_S:g} s; refreshed within the kubelet's {DRA_HEALTH_TIMEOUT_S:g} s health "
+              f"timeout (healthinfo.go DefaultHealthTimeout); after a dropped stream, T plus the kubelet's "
+              f"{DRA_HEALTH_RETRY_S:g} s retry (dra_plugin_manager.go add())", (DRA,)),
+    # DRA-TNT-01's "that device only, NoExecute only when critical, removed on recovery": a driver need not taint
+    # at all (a driver without taints passes), but one that does keeps them off healthy devices.
+    Invariant("EXP-DRA-TAINTS", "the driver's own taints (NoSchedule, NoExecute) are only on failed, hot or warm "
+              "devices, and NoExecute only on failed or hot ones",
+              f"T = {REREGISTER_BOUND_S:g} s (the driver's reaction bound)", (DRA,)),
+    Invariant("EXP-DRA-EVICTED", "a pod whose device an admin's DeviceTaintRule taints NoExecute is evicted and "
+              "its deletion finishes (its claim unprepared)",
+              f"T, the {DRA_CALL_TIMEOUT_S:g} s NodeUnprepareResources (dra_plugin.go defaultClientCallTimeout) "
+              "within it", (DRA,)),
 )}
+
+
+# Invariants that say what must not appear (a taint on a healthy device): at the first moment after a step they
+# hold whatever the subject does, since it has not reacted yet. Each step holds them for a node-status period.
+HELD = frozenset({"EXP-DRA-TAINTS"})
 
 
 @dataclass
@@ -63,6 +84,7 @@ class Device:
     present: bool = True
     failed: bool = False
     hot: bool = False
+    warm: bool = False  # DRA: past the driver's warning temperature, under its limit: healthy, NoSchedule allowed
     xid: bool = False  # an XID was raised: whether it stays unhealthy is the plugin's policy (reference-nvml-go:
     # healthy again a second later), so the model holds it to nothing until it fails or recovers
 
@@ -77,6 +99,9 @@ class Pod:
     devices: int
     running: bool  # the model is sure it runs; False: its phase is not judged (it may have failed to admit)
     deleted: bool = False
+    evicted: bool = False  # DRA: a NoExecute DeviceTaintRule on its device: the eviction controller deletes it
+    lost: bool = False  # DRA: its device may have failed or overheated under it: a driver that taints NoExecute
+    # (optional) has it evicted, one that does not keeps it: nothing about it is judged, nor is it deleted
 
 
 @dataclass
@@ -87,15 +112,23 @@ class Model:
     plugin_up: bool = False
     pods: dict[str, Pod] = field(default_factory=dict)
     made: int = 0  # pods made so far: the next one's name
+    health: bool = False  # DRA: the driver streams health (the subject profile observes health): judged
+    blocked: int = 0  # DRA: devices a DeviceTaintRule keeps away from claims (an evicted pod's, for the example)
+    grace_s: float = 0.0  # added to the next judgement's bound (the kubelet's retry after a dropped health stream)
 
     def live_pods(self) -> list[Pod]:
         return [p for p in self.pods.values() if not p.deleted]
 
     def free_healthy(self) -> int:
         """Healthy devices no live pod may hold (every live pod counted as holding its devices: the model does
-        not know which devices the kubelet chose)."""
-        held = sum(p.devices for p in self.live_pods())
-        return sum(1 for d in self.devices if d.healthy()) - held
+        not know which devices the kubelet chose). A warm device may carry a NoSchedule taint (DRA) and one under a
+        DeviceTaintRule does: neither counts."""
+        held = sum(p.devices for p in self.live_pods()) + self.blocked
+        return sum(1 for d in self.devices if d.healthy() and not d.warm) - held
+
+    def judged_pods(self) -> list[Pod]:
+        """Live pods the model is sure run."""
+        return [p for p in self.live_pods() if p.running and not p.lost]
 
     def new_pod_name(self) -> str:
         self.made += 1
@@ -133,12 +166,35 @@ def _dra(model: Model) -> list[tuple[str, dict[str, Any]]]:
         present = sum(1 for d in model.devices if d.present)
         out.append(("EXP-DRA-REGISTERED", {"registered": True}))
         out.append(("EXP-DRA-SLICES", {"slices": {"devices": present}}))
+        out.append(("EXP-DRA-TAINTS", {"taints": _taints(model)}))
+        if model.health:
+            out.append(("EXP-DRA-HEALTH", {"device_health": _health(model)}))
     for pod in model.pods.values():
+        if pod.lost:
+            continue
+        if pod.evicted:
+            out.append(("EXP-DRA-EVICTED", {"pod": {"name": pod.name, "phase": "Deleted"}}))
         if pod.deleted:
             out.append(("EXP-DRA-UNPREPARED", {"cdi": {"pod": pod.name, "present": False}}))
         elif pod.running:
             out.append(("EXP-DRA-PREPARED", {"cdi": {"pod": pod.name, "present": True}}))
     return out
+
+
+def _refs(model: Model, keep: Any) -> list[str]:
+    return [f"@{i}" for i, d in enumerate(model.devices) if keep(d)]
+
+
+def _taints(model: Model) -> dict[str, list[str]]:
+    # An unplugged device is in no slice: whatever the model says of it, it carries nothing.
+    return {"only": _refs(model, lambda d: d.present and (d.failed or d.hot or d.warm)),
+            "no_execute": _refs(model, lambda d: d.present and (d.failed or d.hot))}
+
+
+def _health(model: Model) -> dict[str, list[str]]:
+    out = {"healthy": _refs(model, lambda d: d.healthy()),
+           "unhealthy": _refs(model, lambda d: d.present and (d.failed or d.hot))}
+    return {k: v for k, v in out.items() if v}
 
 
 def merged(expected: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -28,7 +28,9 @@ def scenario_steps(finding: Finding) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for n, step in enumerate(finding.steps[:last + 1]):
         if "expect" in step and n != last:
-            step = {"wait": step["expect"]}
+            # Its options too: judged as the exploration judged it (a first glimpse; a bound widened by a fault the
+            # kubelet takes a while to get over, as a dropped health stream's retry), or the replay is another story.
+            step = {"wait": step["expect"], **{k: v for k, v in step.items() if k != "expect"}}
         out.append(step)
     return out
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.explore.model import DP, DRA, MAX_PODS, POD_DEVICES, Model, Pod
-from harness.spec.profiles import DIAL_TIMEOUT_S
+from harness.spec.profiles import DIAL_TIMEOUT_S, DRA_HEALTH_RETRY_S
 
 T = TypeVar("T")
 Draw = Callable[[Sequence[T]], T]  # picks one of the candidates (hypothesis: sampled_from, shrinking to the first)
@@ -35,6 +35,13 @@ KUBELET_ABSENT_S = (1.0, DIAL_TIMEOUT_S + 2.0)
 # The call the kubelet-reject rule has the next kubelet refuse once (scenario step `reject`, the fake kubelet's
 # FaultPlan, as DP-REG-07 arms it): the device plugin's registration with the kubelet.
 REJECTED_CALL = "Register"
+# The key of the DeviceTaintRule the taint-eviction rule writes (suites/dra/test_taints.py EVICT_KEY's kind: the
+# harness's own key, which no pod tolerates).
+EVICT_KEY = "fakelet.example.com/explore-evict"
+# What device-heat draws for a DRA driver: past its limit (hot), or a degree under it (warm: DRA-TNT-01's warning
+# temperature, where a driver may taint NoSchedule but never NoExecute).
+HOT, WARM = "hot", "warm"
+EVICTION = "eviction"  # Context.observes: the node evicts pods from NoExecute-tainted devices
 UNDO_WEIGHT = 4
 DEFAULT_MAX_STEPS = 8  # rules per example: a kubelet restart amid a flap amid an admission fits; shrinks fast
 THERMAL_MARGIN_C = 10.0  # heat this far past the plugin's own limit, cool this far under limit less hysteresis
@@ -45,7 +52,9 @@ class Context:
     """What the rules need to know of the subject: its kind, what it observes, its thermal limit."""
 
     kind: str
-    observes: frozenset[str]  # health, temperature, hotplug; nvml when the skin offers NVML
+    # health, temperature, hotplug; nvml when the skin offers NVML; eviction for a DRA driver, whose node has
+    # kube-controller-manager's device-taint eviction controller (explorer.py takes it away when it runs none)
+    observes: frozenset[str]
     thermal: tuple[float, float]  # (threshold, hysteresis) in degrees C, from the subject profile
 
 
@@ -134,9 +143,19 @@ def _plugin(op: str, up: bool) -> Callable[[Model, Context, Draw[Any]], Steps]:
 # -- devices ------------------------------------------------------------------------------------------------
 
 
+def _lose_pods(model: Model) -> None:
+    """A device failed or overheated, maybe under a pod (the model does not know which device a pod got): a
+    driver that taints it NoExecute, as DRA-TNT-01 allows, has the pod evicted; one that does not keeps it. Either
+    is correct, so nothing about those pods is judged from here on."""
+    if model.kind == DRA:
+        for pod in model.live_pods():
+            pod.lost = True
+
+
 def _fail(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     i = _pick(draw, model, lambda d: d.present and not d.failed)
     model.devices[i].failed, model.devices[i].xid = True, False
+    _lose_pods(model)
     return [{"device": {"fail": _ref(i)}}]
 
 
@@ -148,13 +167,18 @@ def _recover(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 
 def _heat(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     i = _pick(draw, model, lambda d: d.present and not d.hot)
-    model.devices[i].hot = True
+    # Device plugins know no warning temperature; a DRA driver may taint a warm device NoSchedule, never NoExecute.
+    if ctx.kind == DRA and not model.devices[i].warm and draw((HOT, WARM)) == WARM:
+        model.devices[i].warm = True
+        return [{"device": {"heat": _ref(i), "to": ctx.thermal[0] - 1}}]
+    model.devices[i].hot, model.devices[i].warm = True, False
+    _lose_pods(model)
     return [{"device": {"heat": _ref(i), "to": ctx.thermal[0] + THERMAL_MARGIN_C}}]
 
 
 def _cool(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
-    i = _pick(draw, model, lambda d: d.hot)
-    model.devices[i].hot = False
+    i = _pick(draw, model, lambda d: d.hot or d.warm)
+    model.devices[i].hot = model.devices[i].warm = False
     return [{"device": {"cool": _ref(i), "to": ctx.thermal[0] - ctx.thermal[1] - THERMAL_MARGIN_C}}]
 
 
@@ -183,7 +207,11 @@ def _xid(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 
 def _pod_admitted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     # Judged only when it must run: the plugin up and a free healthy device whichever devices the kubelet chose.
+    # DRA: not while a device is failed or hot either: a claim allocated before its driver's NoExecute taint is
+    # published may land on it, and the taint then evicts the pod (correctly).
     runs = model.plugin_up and model.free_healthy() >= POD_DEVICES and not any(d.xid for d in model.devices)
+    if ctx.kind == DRA:
+        runs = runs and not any(d.present and (d.failed or d.hot) for d in model.devices)
     name = model.new_pod_name()
 
     model.pods[name] = Pod(name, POD_DEVICES, runs)
@@ -193,7 +221,7 @@ def _pod_admitted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 def _pod_deleted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
     name = draw([p.name for p in model.live_pods()])
     pod = model.pods[name]
-    if ctx.kind == DRA and pod.running:
+    if ctx.kind == DRA and pod.running and not pod.lost:
         pod.deleted = True  # its claims were prepared: they must be unprepared (EXP-DRA-UNPREPARED)
     else:
         del model.pods[name]
@@ -201,8 +229,34 @@ def _pod_deleted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
 
 
 def _can_delete(model: Model) -> bool:
-    # A DRA pod's deletion waits for the kubelet to unprepare its claims: that needs the kubelet and the driver.
+    # A DRA pod's deletion waits for the kubelet to unprepare its claims: that needs the kubelet and the driver (a
+    # lost pod that was evicted is gone already: the pod step says so and goes on).
     return bool(model.live_pods()) and model.kubelet_up and (model.kind == DP or model.plugin_up)
+
+
+def _evicted(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # DRA-TNT-02's story as one step: an admin's NoExecute DeviceTaintRule on the device of a running pod that
+    # tolerates nothing. kube-controller-manager's device-taint eviction controller deletes the pod; the kubelet
+    # unprepares its claim and finishes the deletion (EXP-DRA-EVICTED, EXP-DRA-UNPREPARED). The rule stays for the
+    # rest of the example (the env removes it when it closes), so the device stays away from new claims. The rule
+    # selects this example's own node's pool and device: no other node (example) is touched.
+    name = draw([p.name for p in model.judged_pods()])
+    pod = model.pods[name]
+    pod.deleted = pod.evicted = True
+    model.blocked += 1
+    return [{"taint": {"device": f"@pod:{name}", "effect": "NoExecute", "key": EVICT_KEY}}]
+
+
+def _can_evict(model: Model) -> bool:
+    return bool(model.judged_pods()) and model.kubelet_up and model.plugin_up
+
+
+def _drop_health_stream(model: Model, ctx: Context, draw: Draw[Any]) -> Steps:
+    # The kubelet's NodeWatchResources stream ends as a broken connection ends it; the kubelet clears what it held
+    # and opens the next stream 5 s later (dra_plugin_manager.go add(): wait.UntilWithContext's period). A correct
+    # driver serves the new stream: the devices' health is back within T plus that retry.
+    model.grace_s = DRA_HEALTH_RETRY_S
+    return [{"kubelet": "drop-health-stream"}]
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
@@ -234,10 +288,11 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          lambda m: any(d.present and not d.failed for d in m.devices), _fail),
     Rule("device-recover", "a failed device turns healthy again", (DP, DRA), "health",
          lambda m: any(d.failed for d in m.devices), _recover, undoes=True),
-    Rule("device-heat", "a device heats past the plugin's limit", (DP, DRA), "temperature",
+    Rule("device-heat", "a device heats past the plugin's limit (DRA: or to a degree under it, warm)", (DP, DRA),
+         "temperature",
          lambda m: any(d.present and not d.hot for d in m.devices), _heat),
     Rule("device-cool", "a hot device cools under the plugin's limit less its hysteresis", (DP, DRA), "temperature",
-         lambda m: any(d.hot for d in m.devices), _cool, undoes=True),
+         lambda m: any(d.hot or d.warm for d in m.devices), _cool, undoes=True),
     Rule("device-unplug", "a device is unplugged", (DP, DRA), "hotplug",
          lambda m: sum(d.present for d in m.devices) > 1, _unplug),
     Rule("device-plug", "an unplugged device is plugged in again", (DP, DRA), "hotplug",
@@ -248,6 +303,10 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "prepared)", (DP, DRA), None,
          lambda m: m.kubelet_up and len(m.live_pods()) < MAX_PODS, _pod_admitted),
     Rule("pod-deleted", "a pod is deleted (DRA: its claim unprepared)", (DP, DRA), None, _can_delete, _pod_deleted),
+    Rule("health-stream-drop", "the kubelet's NodeWatchResources stream to the driver drops; the kubelet re-opens "
+         "it 5 s later", (DRA,), "health", lambda m: m.kubelet_up and m.plugin_up, _drop_health_stream),
+    Rule("taint-eviction", "an admin's NoExecute DeviceTaintRule on a running pod's device: the pod is evicted and "
+         "its claim unprepared", (DRA,), EVICTION, _can_evict, _evicted),
 )}
 
 
@@ -271,4 +330,6 @@ def context_of(spec: Any) -> Context:
     observes = set(spec.observes) if spec.backend else set()
     if spec.backend and spec.backend.get("skin") == "nvml":
         observes.add("nvml")
+    if spec.is_dra:
+        observes.add(EVICTION)
     return Context(DRA if spec.is_dra else DP, frozenset(observes), tuple(spec.thermal))  # type: ignore[arg-type]

@@ -245,6 +245,19 @@ class HealthStream:
         if threading.current_thread() is not self._thread and self._thread.is_alive():
             self._thread.join(2)
 
+    def drop(self) -> bool:
+        """End the stream in flight as a broken connection does, and keep the loop: it opens the next one
+        `retry_s` later (dra_plugin_manager.go add(): wait.UntilWithContext re-runs the stream function 5 s after
+        it returned, whatever ended it; only the plugin's deregistration cancels the loop). False when no stream
+        was open."""
+        with self._call_lock:
+            call = self._call
+        if call is None or self._stop.is_set():
+            return False
+        self.timeline.record("fault.health_stream_drop", "harness", driver=self.driver, version=self.version)
+        call.cancel()
+        return True
+
     def _run(self) -> None:
         # JitterUntil with sliding=true: the period starts when the attempt returns.
         while not self._stop.is_set():

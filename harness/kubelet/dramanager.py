@@ -397,6 +397,13 @@ class DRAManager:
         self._sync(name)
         return None
 
+    def drop_health_streams(self, name: str) -> int:
+        """End the driver's NodeWatchResources streams in flight, as a broken connection ends them; each loop opens
+        its next stream after the retry period (drahealth.py HealthStream.drop). How many were open."""
+        with self._lock:
+            conns = list(self._store.get(name, []))
+        return sum(1 for c in conns if c.health is not None and c.health.drop())
+
     def deregister(self, name: str, endpoint: str = "") -> None:
         """DeRegisterPlugin(driverName, endpoint): drop that plugin, close its connection and stream."""
         if self.version.replace_on_reregister:

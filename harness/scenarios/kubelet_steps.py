@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.kubelet import checkpoint as dp_checkpoint
 from harness.node.interface import AdmissionError
-from harness.scenarios.outcomes import UNEXPECTED_ADMISSION
+from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive
 from harness.scenarios.state import StageState
 from harness.scenarios.step import Step
 
@@ -25,6 +25,9 @@ class KubeletSteps(StageState):
         if op == "reboot":
             self._reboot(fault)
             return
+        if op == "drop-health-stream":
+            self._drop_health_stream()
+            return
         if op in ("restart", "restart-keep-sockets"):
             node.stop_kubelet()
         if fault:
@@ -35,6 +38,26 @@ class KubeletSteps(StageState):
         self.tell(f"kubelet {what}{f' with its checkpoint {fault}' if fault else ''}")
         self._readmit()
         self._admit_pending()
+
+    def _drop_health_stream(self) -> None:
+        """The kubelet's NodeWatchResources stream to the driver ends as a broken connection ends it; the kubelet
+        opens the next one after its retry period. Only the fake kubelet's streams are in fakelet's reach."""
+        from harness.node.fake import FakeNode
+
+        node = self.env.node
+        if not self.is_dra or not isinstance(node, FakeNode) or node.dra is None:
+            raise Inconclusive("drop-health-stream needs a DRA driver on the fake kubelet (a running one)")
+        driver = self.env.driver  # type: ignore[attr-defined]
+        since = self.env.now()
+        dropped = node.dra.drop_health_streams(driver)
+        if dropped:
+            # The step is done once the kubelet saw its stream end (and cleared what it held): event-driven, bounded.
+            self.env.timeline.wait_for(
+                lambda e: e.kind == "dra.health_stream" and e.get("driver") == driver and e.get("state") == "ended",
+                self.env.profile.reaction_s, f"the kubelet's NodeWatchResources stream of {driver} to end", since)
+        self.tell(f"kubelet: {dropped} NodeWatchResources stream(s) of {driver} dropped "
+                  f"(re-opened after {self.env.profile.dra_health_retry_s:g}s)" if dropped else
+                  "kubelet: no NodeWatchResources stream was open to drop")
 
     def _checkpoint_fault(self, fault: str) -> None:
         paths = [self.env.sandbox.plugin_dir / dp_checkpoint.CHECKPOINT_NAME]

@@ -99,6 +99,9 @@ OP_MEANING = {
         "restart-keep-sockets": "stop and start it, the plugin sockets left in place",
         "reboot": "stop everything, wipe every socket and the CDI dir, keep /var/lib/kubelet and the plugin's own "
                   "state, start the kubelet, re-admit the pods that ran, then start the plugin",
+        "drop-health-stream": "DRA, fake kubelet: its NodeWatchResources stream to the driver ends as a broken "
+                              "connection ends it (the health it showed is cleared: Unknown); it opens the next one "
+                              "after 5 s (dra_plugin_manager.go add(): wait.UntilWithContext)",
     },
     "plugin": {
         "start": "start the subject (before the kubelet, too)",
@@ -148,6 +151,10 @@ CONDITION_MEANING = {
     "dialed": "the kubelet's dials of one socket",
     "held": "a call held by `hold: {call: ...}` reached the kubelet side and is being held",
     "slices": "the devices the driver published in its ResourceSlices",
+    "device_health": "each device's health as the kubelet holds it from the driver's DRAResourceHealth stream: "
+                     "what the allocatedResourcesStatus of a pod on that device reads",
+    "taints": "the taints the driver publishes on its devices in its ResourceSlices that keep claims away "
+              "(NoSchedule, NoExecute; a DeviceTaintRule's are not the driver's)",
     "not": "holds when the conditions under it do not all hold",
 }
 KEY_MEANING = {
@@ -171,6 +178,10 @@ KEY_MEANING = {
                                    "a rolling update's new instance)",
     ("dialed", "since"): "count from the scenario's start, or from the start of this wait or expect step",
     ("slices", "devices"): "how many devices the slices list",
+    ("device_health", "healthy"): "devices the kubelet must hold Healthy",
+    ("device_health", "unhealthy"): "devices the kubelet must hold Unhealthy",
+    ("taints", "only"): "the devices that may carry such a taint: any other that does breaks it",
+    ("taints", "no_execute"): "the devices that may carry a NoExecute taint: any other that does breaks it",
     ("held", "call"): "the held call (Register)",
     ("pod_resources", "pod"): "the pod (List, or Get for it alone)",
     ("pod_resources", "resource"): "whose devices to count",
@@ -199,6 +210,9 @@ OBSERVED = {
     "calls": WIRE, "dialed": WIRE, "held": "fake and real (the relay holds it on the wire)",
     "checkpoint": "fake and real (the real node's own file, read in its private /var/lib/kubelet)",
     "cdi": "fake and real (the CDI dir)", "slices": "fake and real (ResourceSlices on the API server)",
+    "taints": "fake and real (ResourceSlices on the API server)",
+    "device_health": "fake only (the fake kubelet's health cache; on the real node: inconclusive, a pod's "
+                     "resources_status reads the same)",
     "not": "as its conditions",
 }
 COUNTED = {
@@ -244,7 +258,8 @@ def _takes(want: Any) -> str:
         return "true | false"
     if isinstance(want, tuple):
         return " | ".join(want)
-    return {"count": "COUNT", "number": f"N | {{{'|'.join(COMPARISONS)}: N}}", "instance": "N (from 1)"}[want]
+    return {"count": "COUNT", "number": f"N | {{{'|'.join(COMPARISONS)}: N}}", "instance": "N (from 1)",
+            "devices": "[DEV, ...]"}[want]
 
 
 def _shape_keys(name: str, shape: dict[str, Any], required: tuple[str, ...]) -> tuple[Key, ...]:

@@ -77,12 +77,27 @@ class PodSteps(StageState):
     def _delete_pod(self, name: str) -> None:
         pod = self._pod(name)
         if self.is_dra:
+            from harness.controlplane.client import ApiError
             from harness.world.draenv import DRAEnv
 
-            assert isinstance(self.env, DRAEnv) and pod.api is not None
-            since = self.env.now()
-            self.env.delete_pod(pod.api)
-            self.env.wait_pod("pod.deleted", pod.api, since, f"the kubelet to finish pod {name}'s deletion",
+            assert isinstance(self.env, DRAEnv)
+            if pod.api is None:
+                pod.phase = "Deleted"
+                self.tell(f"pod {name} was never made on the node ({pod.reason}): nothing to delete")
+                return
+            uid = pod.api["metadata"]["uid"]
+            if self.env.timeline.find(lambda e: e.kind == "pod.deleted" and e.get("pod_uid") == uid):
+                # Gone already: evicted (a NoExecute taint on its device) before anyone deleted it.
+                pod.phase = "Deleted"
+                self.tell(f"pod {name} deleted already (evicted)")
+                return
+            try:
+                self.env.delete_pod(pod.api)
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+            # From the start: a UID is one pod's, and an eviction may have deleted it while this step began.
+            self.env.wait_pod("pod.deleted", pod.api, 0, f"the kubelet to finish pod {name}'s deletion",
                               self.env.profile.reaction_s + self.env.profile.dra_call_timeout_s)
         else:
             self.env.node.delete_pod(pod.key)

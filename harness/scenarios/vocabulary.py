@@ -8,6 +8,8 @@ CONDITION_SHAPES, ...); what follows is a summary for readers of this code.
 
 Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
+           | drop-health-stream   (DRA, fake kubelet: its NodeWatchResources stream to the driver ends as a
+             broken connection ends it; the kubelet opens the next one 5 s later, dra_plugin_manager.go add())
   plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]]
            (rolling-update: a second instance, its command plus args, registers before the first stops; the
             reference DRA driver's args: [--pod-uid, UID] give it sockets of its own, <driver>-UID-reg.sock and
@@ -87,6 +89,12 @@ the scenario's start (or with `since: step`, from the start of the wait or expec
                    number, so is a rolling update's new instance) served it: the newest of its processes
                    running at that moment
   slices: {devices: COUNT}                     the driver's published devices
+  taints: {[only: [DEV, ...]], [no_execute: [DEV, ...]]}
+                   the taints the driver publishes in its ResourceSlices that keep claims away (NoSchedule,
+                   NoExecute) are on those devices only; NoExecute ones on those of no_execute only
+  device_health: {[healthy: [DEV, ...]], [unhealthy: [DEV, ...]]}
+                   (fake kubelet) each device's health as the kubelet holds it from DRAResourceHealth, what
+                   the allocatedResourcesStatus of a pod on it reads (Unknown once its health timed out)
   held: {call: Register}                       (device plugins) a call that `hold` armed is in flight now, held
                                                unanswered by the kubelet (not yet released, its kubelet running)
   not: CONDITIONS                              holds when those do not all hold
@@ -104,7 +112,8 @@ from harness.scenarios.step import Step
 
 ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "release", "reject", "socket",
            "wait", "expect", "story", "check")
-KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot")
+KUBELET_OPS = ("start", "stop", "restart", "restart-keep-sockets", "reboot", "drop-health-stream")
+DRA_KUBELET_OPS = ("drop-health-stream",)  # the kubelet's NodeWatchResources stream to a DRA driver
 CHECKPOINT_FAULTS = ("lost", "corrupt")
 PLUGIN_OPS = ("start", "stop", "kill", "restart", "crash", "rolling-update")
 # The unary calls a kubelet makes to a plugin: `kill`/`crash` `during:` one of them.
@@ -123,8 +132,8 @@ HEALTH = ("Healthy", "Unhealthy", "Unknown")
 # and the plugins_registry handshake.
 KUBELET_CALLS = (*PLUGIN_CALLS, "ListAndWatch", "NodeWatchResources", "GetInfo", "NotifyRegistrationStatus")
 CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "pod_resources", "resources_status",
-              "calls", "checkpoint", "cdi", "dialed", "slices", "held", "not")
-DRA_ONLY = {"cdi", "slices", "taint", "untaint", "story"}
+              "calls", "checkpoint", "cdi", "dialed", "slices", "taints", "device_health", "held", "not")
+DRA_ONLY = {"cdi", "slices", "taints", "device_health", "taint", "untaint", "story"}
 DP_ONLY = {"pod_devices", "capacity", "allocatable", "held"}  # conditions
 DP_ONLY_ACTIONS = {"release", "reject", "socket"}
 # The calls `hold` can keep in flight: those the kubelet serves (the fake kubelet's FaultPlan, and the relay's in
@@ -156,6 +165,8 @@ CONDITION_SHAPES: dict[str, dict[str, Any]] = {
     "cdi": {"pod": str, "present": bool},
     "dialed": {"socket": str, "count": "count", "plugin_instance": "instance", "since": SINCE},
     "slices": {"devices": "count"},
+    "taints": {"only": "devices", "no_execute": "devices"},
+    "device_health": {"healthy": "devices", "unhealthy": "devices"},
 }
 CONDITION_REQUIRED: dict[str, tuple[str, ...]] = {
     "pod": ("name",), "pod_devices": ("pod", "count"), "resources_status": ("pod", "health"),
@@ -208,6 +219,8 @@ def _no_options(options: dict[str, Any], allowed: tuple[str, ...] = ()) -> Probl
 def _kubelet(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if arg not in KUBELET_OPS:
         return "kubelet", f"{arg!r} is not one of {', '.join(KUBELET_OPS)}"
+    if arg in DRA_KUBELET_OPS and kind != "dra":
+        return "kubelet", f"{arg} needs a DRA driver (kind: dra)"
     problem = _no_options(options, ("checkpoint",))
     if problem:
         return problem
@@ -524,6 +537,9 @@ def _condition(key: str, value: Any) -> Problem:
     missing = [r for r in CONDITION_REQUIRED.get(key, ()) if r not in value]
     if missing:
         return missing[0], "required"
+    if key in ("taints", "device_health") and not value:
+        keys = " and ".join(f"{k}: [DEV, ...]" for k in CONDITION_SHAPES[key])
+        return "", f"{keys}, or both"
     if key == "checkpoint" and not ({"pod", "claims", "devices"} & set(value)):
         return "", "{pod: NAME, devices: COUNT} (device manager) or {claims: COUNT, devices: COUNT} (DRA)"
     if key == "checkpoint" and "pod" in value and "devices" not in value:
@@ -547,6 +563,8 @@ def _shape(value: dict[str, Any], shape: dict[str, Any]) -> Problem:
             return name, "N, all, healthy, or {equals|at_least|at_most: N}"
         if want == "number" and not _number_count(got):
             return name, "N or {equals|at_least|at_most: N} (all and healthy count the subject's devices only)"
+        if want == "devices" and not (isinstance(got, list) and all(_device_ref(d) for d in got)):
+            return name, "a list of devices: inventory IDs, '@N' or '@pod:NAME'"
         if want == "instance" and not (_whole(got) and got >= 1):
             return name, "a whole number from 1: the subject's N-th process (the first start is 1)"
         if want is str and not (isinstance(got, str) and got):
