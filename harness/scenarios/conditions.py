@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from harness.controlplane.taints import BLOCKING, NO_EXECUTE, describe_taint, device_taints
 from harness.instruments.dials import DIAL
 from harness.instruments.grpcutil import status_of
 from harness.instruments.interceptors import method_name
@@ -531,6 +532,47 @@ class Conditions:
         slices = self.env.slices()  # type: ignore[attr-defined]
         count = sum(len((s.get("spec") or {}).get("devices") or []) for s in slices)
         return self._count("published devices", count, want["devices"])
+
+    def _device_health(self, want: dict[str, Any]) -> tuple[bool, str]:
+        """Each device's health in the kubelet's DRAResourceHealth cache (healthinfo.go getHealthInfo: Unknown once
+        absent or timed out), as a pod's allocatedResourcesStatus reads it: the fake kubelet's alone."""
+        node = self.env.node
+        if not node.running:
+            return False, "no device health: the kubelet is not running"
+        cache = node.dra.health_cache if isinstance(node, FakeNode) and node.dra is not None else None
+        if cache is None:
+            raise Inconclusive("device_health reads the fake kubelet's DRAResourceHealth cache: this kubelet has "
+                               "none in fakelet's reach (a pod's resources_status reads the same)")
+        env: Any = self.env
+        pools = {d.get("name"): str(((sl.get("spec") or {}).get("pool") or {}).get("name", ""))
+                 for sl in env.slices() for d in (sl.get("spec") or {}).get("devices") or []}
+        seen = []
+        for key, health in (("healthy", "Healthy"), ("unhealthy", "Unhealthy")):
+            for ref in want.get(key, []):
+                device = self.stage.device(ref)  # type: ignore[attr-defined]
+                got = cache.get(env.driver, pools.get(device, env.node_name), device).health
+                seen.append(f"{device} {got or 'Unknown'}")
+                if got != health:
+                    return False, f"the kubelet holds {device} {got or 'Unknown'} (wanted {health}); " + \
+                        ", ".join(seen[:-1])
+        return True, "device health: " + ", ".join(seen)
+
+    def _taints(self, want: dict[str, Any]) -> tuple[bool, str]:
+        """The driver's own taints that keep claims away, on the devices allowed only (DRA-TNT-01: that device
+        only, NoExecute only when critical). A DeviceTaintRule is an admin's, not in the slices: not judged."""
+        taints = device_taints(self.env.slices())  # type: ignore[attr-defined]
+        for key, effects in (("only", BLOCKING), ("no_execute", (NO_EXECUTE,))):
+            if key not in want:
+                continue
+            allowed = {self.stage.device(ref) for ref in want[key]}  # type: ignore[attr-defined]
+            wrong = sorted(d for d, ts in taints.items()
+                           if d not in allowed and any(t.get("effect") in effects for t in ts))
+            if wrong:
+                shown = "; ".join(f"{d}: {', '.join(describe_taint(t) for t in taints[d])}" for d in wrong)
+                what = "NoExecute taints" if key == "no_execute" else "taints"
+                return False, f"{what} on {shown} (allowed only on {', '.join(sorted(allowed)) or 'none'})"
+        tainted = sorted(d for d, ts in taints.items() if any(t.get("effect") in BLOCKING for t in ts))
+        return True, f"the driver's taints on {', '.join(tainted) or 'no device'}"
 
 
 def is_state(key: str, want: Any) -> bool:
