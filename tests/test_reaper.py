@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.launch.owners import OWNER_FILE, claim, owner_alive
 from harness.launch.reaper import reap
 from harness.launch.sandbox import Sandbox
@@ -43,3 +45,27 @@ def test_a_sandbox_of_a_killed_run_is_reaped(tmp: Path) -> None:
     assert reap(tmp_path) == [left] and not left.exists()
     with Sandbox(tmp_path) as mine:
         assert reap(tmp_path) == [] and mine.path.exists()
+
+
+def test_a_removal_cut_short_leaves_a_directory_the_reaper_still_knows(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A teardown killed mid-removal (CI once saw a killed run's sandbox outlive the next run's reaper): the owner
+    file goes last, so what is left still names its (dead) owner instead of being nobody's forever."""
+    from harness.launch import owners
+
+    directory = owners.owned_dir("fakelet-", tmp_path)
+    (directory / "a").mkdir()
+    (directory / "a" / "f").write_text("x")
+    (directory / "z.sock").write_text("")
+
+    def killed(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(owners.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        owners.remove_owned(directory)
+    assert (directory / owners.OWNER_FILE).exists()
+    assert owners.owner_alive(directory) is True
+    monkeypatch.undo()
+    owners.remove_owned(directory)
+    assert not directory.exists()

@@ -44,7 +44,7 @@ from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.instruments.progress import Progress
 from harness.launch import gobuild
-from harness.launch.owners import owned_dir
+from harness.launch.owners import owned_dir, remove_owned
 from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 
@@ -462,7 +462,7 @@ class LocalControlPlane:
             self._client = None
         self._stop_servers()
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_owned(self.workdir)
             self.workdir = None
 
     # -- use ---------------------------------------------------------------------------------

@@ -61,6 +61,27 @@ def tag_alive(tag: str) -> bool | None:
     return start_time(int(match.group(1))) == match.group(2)
 
 
+def remove_owned(directory: Path | str) -> None:
+    """Remove an owned directory with its owner file last, so that a removal cut short (the process killed
+    mid-way: a run's teardown outlasting its grace) leaves a directory the reaper still knows is a dead owner's.
+    Removed in one go, a directory that lost its owner file first would be nobody's, and never reaped."""
+    directory = Path(directory)
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name == OWNER_FILE:
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def owned_dir(prefix: str, parent: Path | str | None = None) -> Path:
     """A new private directory (0700) under `parent` (default the temp dir), claimed by this process.
 
@@ -83,7 +104,7 @@ def owned_dir(prefix: str, parent: Path | str | None = None) -> Path:
         try:
             claim(path)
         except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_owned(path)
             raise
         return path
     raise FileExistsError(f"no free name for a {prefix}* directory in {parent}")

@@ -14,12 +14,11 @@ of dead owners too, killing the processes still in them first.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 from harness.launch import cgroups as cg
-from harness.launch.owners import PREFIX, owner_alive
+from harness.launch.owners import PREFIX, owner_alive, remove_owned
 
 
 def reap(base: Path | None = None, cgroups: bool | None = None) -> list[Path]:
@@ -34,7 +33,7 @@ def reap(base: Path | None = None, cgroups: bool | None = None) -> list[Path]:
     for directory in sorted(base.glob(PREFIX + "*")):
         if directory.is_symlink() or not directory.is_dir() or owner_alive(directory) is not False:
             continue
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_owned(directory)  # a reaper cut short leaves it still a dead owner's
         if not directory.exists():
             removed.append(directory)
     if cgroups:

@@ -8,11 +8,10 @@ limited to 107 bytes). `close()` removes it, whatever happened.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
-from harness.launch.owners import owned_dir
+from harness.launch.owners import owned_dir, remove_owned
 
 SANDBOX_PREFIX = "fakelet-"
 PLUGIN_DIR_NAME = "device-plugins"  # the last element of upstream DevicePluginPath
@@ -104,7 +103,7 @@ class Sandbox:
         return path
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_owned(self.path)
 
     def __enter__(self) -> Sandbox:
         return self

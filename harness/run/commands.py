@@ -39,7 +39,7 @@ from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_con
 from harness.instruments.userinput import check_number, escape_controls, oneline
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, FLOOR, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
-from harness.launch.owners import OWNER_FILE, owned_dir
+from harness.launch.owners import OWNER_FILE, owned_dir, remove_owned
 from harness.launch.owners import PREFIX as OWNED_PREFIX
 from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
@@ -499,7 +499,7 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
             stop_check_run(proc)
             raise Interrupted(load_report(out, interrupted=True) or nothing_ran(run)) from None
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_owned(scratch)
     report = load_report(out)
     if code not in (0, 1) or report is None:
         raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
