@@ -372,3 +372,26 @@ def test_an_orphaned_check_run_kills_its_process_group_after_the_grace(monkeypat
     monkeypatch.setattr(stopping.os, "getppid", lambda: 1)
     backstop(15)
     assert killed.wait(5) and calls == [(stopping.os.getpgrp(), stopping.signal.SIGKILL)]
+
+
+def test_an_orphaned_check_run_is_killed_even_when_its_signal_handler_never_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI saw the check run's controller alive 120 s after `fakelet run` was SIGKILLed, the backstop above armed by
+    nothing: a Python signal handler runs only when the main thread runs Python. The watch arms it from a thread
+    of its own when the parent exits (a pidfd)."""
+    import threading
+
+    from harness.run import stopping
+
+    killed = threading.Event()
+    parent = subprocess.Popen(["sleep", "60"])
+    try:
+        backstop = stopping.OrphanBackstop(0.05)
+        backstop.parent = parent.pid  # stands for `fakelet run`
+        monkeypatch.setattr(stopping.os, "killpg", lambda pgid, sig: killed.set())
+        backstop.watch()
+        assert not killed.wait(0.5)  # its parent is alive
+    finally:
+        parent.kill()
+        parent.wait()
+    assert killed.wait(5)

@@ -206,7 +206,8 @@ class Collector:
         self.cleanup: list[str] = []
         self.interrupted = False
         # Installed at session start, in this process and in each xdist worker.
-        self.stop = StopSignals(on_first=OrphanBackstop(ORPHAN_GRACE_S))
+        self.backstop = OrphanBackstop(ORPHAN_GRACE_S)
+        self.stop = StopSignals(on_first=self.backstop)
         self.negotiated: dict[str, set[str]] = {}  # API -> versions the fake kubelet negotiated
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -699,3 +700,5 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     collector = session.config.pluginmanager.get_plugin("fakelet-collector")
     if isinstance(collector, Collector):
         collector.stop.install()
+        if collector._run is not None:
+            collector.backstop.watch()  # a check run of `fakelet run`'s: it must not outlive it

@@ -12,6 +12,7 @@ reads `requested` afterwards to call the run interrupted.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -75,10 +76,37 @@ class OrphanBackstop:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         self.parent = os.getppid()
+        self._lock = threading.Lock()
+        self._armed = False
 
     def __call__(self, signum: int) -> None:
         if os.getppid() == self.parent:
             return  # `fakelet run` is alive: it stops the check run itself, bounded by the same grace
+        self._arm()
+
+    def watch(self) -> None:
+        """Also arm when the parent dies, from a thread of its own: the stop signal's Python handler runs only
+        when the main thread runs Python, and a teardown blocked in C (CI saw one in futex waits) never does."""
+        try:
+            fd = os.pidfd_open(self.parent)
+        except ProcessLookupError:
+            self._arm()  # gone already
+            return
+        except (OSError, AttributeError):
+            return  # no pidfd here (Linux before 5.3): the stop signal's handler is the backstop
+
+        def wait_for_parent() -> None:
+            select.select([fd], [], [])  # a pidfd turns readable when its process exits
+            os.close(fd)
+            self._arm()
+
+        threading.Thread(target=wait_for_parent, name="orphan-backstop", daemon=True).start()
+
+    def _arm(self) -> None:
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
         timer = threading.Timer(self.grace_s, os.killpg, args=(os.getpgrp(), signal.SIGKILL))
         timer.daemon = True
         timer.start()
