@@ -700,5 +700,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     collector = session.config.pluginmanager.get_plugin("fakelet-collector")
     if isinstance(collector, Collector):
         collector.stop.install()
-        if collector._run is not None:
-            collector.backstop.watch()  # a check run of `fakelet run`'s: it must not outlive it
+        if collector._run is not None and not hasattr(session.config, "workerinput") \
+                and os.getpgrp() == os.getpid():
+            collector.backstop.watch()  # the controller of `fakelet run`'s check run: it must not outlive it

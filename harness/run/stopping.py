@@ -12,8 +12,9 @@ reads `requested` afterwards to call the run interrupted.
 from __future__ import annotations
 
 import os
-import select
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,20 @@ class StopSignals:
             raise KeyboardInterrupt
 
 
+# argv: the parent's pid, the check run's process group (its leader's pid), the grace in seconds.
+_WATCHDOG = """
+import os, select, signal, sys
+parent, group, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+leader = os.pidfd_open(group)
+try:
+    ready = select.select([os.pidfd_open(parent), leader], [], [])[0]
+except ProcessLookupError:
+    ready = []
+if leader not in ready and not select.select([leader], [], [], grace)[0]:
+    os.killpg(group, signal.SIGKILL)
+"""
+
+
 class OrphanBackstop:
     """A check run whose `fakelet run` died outright (SIGKILL, OOM) gets SIGTERM from the kernel (its parent-death
     signal) and tears down; nobody is left to kill it if that teardown hangs, as `fakelet run` would after its
@@ -85,22 +100,13 @@ class OrphanBackstop:
         self._arm()
 
     def watch(self) -> None:
-        """Also arm when the parent dies, from a thread of its own: the stop signal's Python handler runs only
-        when the main thread runs Python, and a teardown blocked in C (CI saw one in futex waits) never does."""
-        try:
-            fd = os.pidfd_open(self.parent)
-        except ProcessLookupError:
-            self._arm()  # gone already
-            return
-        except (OSError, AttributeError):
-            return  # no pidfd here (Linux before 5.3): the stop signal's handler is the backstop
-
-        def wait_for_parent() -> None:
-            select.select([fd], [], [])  # a pidfd turns readable when its process exits
-            os.close(fd)
-            self._arm()
-
-        threading.Thread(target=wait_for_parent, name="orphan-backstop", daemon=True).start()
+        """Also arm when the parent dies, from a watchdog process of its own (only a check run's controller, the
+        process group's leader, calls this). A Python thread would not do: CI's orphan hung in the interpreter's
+        finalization (grpc's threads in futex waits, the signal handlers already reset), where no Python thread
+        runs again. The watchdog waits on two pidfds and exits with the controller."""
+        subprocess.Popen([sys.executable, "-I", "-c", _WATCHDOG, str(self.parent), str(os.getpgrp()),
+                          str(self.grace_s)], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _arm(self) -> None:
         with self._lock:
