@@ -91,13 +91,13 @@ class OrphanBackstop:
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
         self.parent = os.getppid()
-        self._lock = threading.Lock()
-        self._armed = False
 
     def __call__(self, signum: int) -> None:
         if os.getppid() == self.parent:
             return  # `fakelet run` is alive: it stops the check run itself, bounded by the same grace
-        self._arm()
+        timer = threading.Timer(self.grace_s, os.killpg, args=(os.getpgrp(), signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
     def watch(self) -> None:
         """Also arm when the parent dies, from a watchdog process of its own (only a check run's controller, the
@@ -107,13 +107,3 @@ class OrphanBackstop:
         subprocess.Popen([sys.executable, "-I", "-c", _WATCHDOG, str(self.parent), str(os.getpgrp()),
                           str(self.grace_s)], start_new_session=True, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def _arm(self) -> None:
-        with self._lock:
-            if self._armed:
-                return
-            self._armed = True
-        timer = threading.Timer(self.grace_s, os.killpg, args=(os.getpgrp(), signal.SIGKILL))
-        timer.daemon = True
-        timer.start()
-

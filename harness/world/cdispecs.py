@@ -29,11 +29,13 @@ def defined_devices(cdi_dir: Path) -> dict[str, str]:
     return out
 
 
-def left_for_claim(cdi_dir: Path, uid: str, cdi_ids: list[str]) -> dict[str, str]:
+def left_for_claim(cdi_dir: Path, uid: str, cdi_ids: list[str],
+                   defined: dict[str, str] | None = None) -> dict[str, str]:
     """The claim's own CDI devices still defined after it was unprepared: device -> spec file.
 
     A claim's own devices are the ones its prepare returned whose name or spec file carries the
     claim's UID. Others may legitimately stay: a device shared by every claim (the example
     driver's `gpu=common`) or a driver's static per-device spec is not the claim's to remove.
     """
-    return {c: f for c, f in defined_devices(cdi_dir).items() if c in cdi_ids and (uid in c or uid in f)}
+    defined = defined_devices(cdi_dir) if defined is None else defined  # one read of the specs serves many claims
+    return {c: f for c, f in defined.items() if c in cdi_ids and (uid in c or uid in f)}
