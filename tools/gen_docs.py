@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a committed page is stale")
     args = parser.parse_args(argv)
     pages = render_all()
-    readme = readme_figures.rewrite(readme_figures.README.read_text())
+    try:
+        readme = readme_figures.rewrite(readme_figures.README.read_text())
+    except (readme_figures.ReadmeError, figures_page.FiguresError) as err:
+        print(f"gen_docs: {err}", file=sys.stderr)
+        return 2
     if args.check:
         diffs = stale(pages) + stale({readme_figures.README.name: readme}, ROOT)
         for diff in diffs:
