@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -213,3 +214,28 @@ def test_what_the_plugin_writes_to_the_kubelets_files_reaches_them(rig: Rig) -> 
     (rig.plugin_dir / "kubelet_internal_checkpoint").unlink()
     rig.wait(rig.timeline, "relay.mirror", t, name="kubelet_internal_checkpoint", what="deleted", side="kubelet")
     assert not (rig.kubelet_dir / "kubelet_internal_checkpoint").exists()
+
+
+def test_a_plugin_registering_before_the_mirror_saw_its_socket_gets_its_calls_recorded(rig: Rig) -> None:
+    """Under load the directory watch reports a socket late; the plugin's Register must not outrun it: the
+    kubelet dials inside Register, so the relay opens the socket then, and the calls carry the registration."""
+    seen = rig.relay._plugin_changed
+    rig.relay._plugin_changed = lambda name, what: None if name == ENDPOINT else seen(name, what)  # type: ignore[method-assign]
+    rig.plugin()
+    rig.register()
+    relayed = rig.wait(rig.timeline, "kubelet.register", accepted=True)
+    message = rig.wait(rig.timeline, "grpc.stream_msg", endpoint_id=relayed.get("endpoint_id"))
+    assert {d["ID"] for d in message.get("message")["devices"]} == {"d0", "d1"}
+
+
+def test_a_socket_that_appears_while_its_register_waits_gets_the_registration(rig: Rig) -> None:
+    """A plugin that registers a moment before it serves: the kubelet's dial waits for the socket, and the
+    relay's side of it, opened when it appears, belongs to the Register in flight."""
+    with ThreadPoolExecutor(1) as pool:
+        registering = pool.submit(rig.register)
+        rig.wait(rig.timeline, "kubelet.register_received", endpoint=ENDPOINT)
+        rig.plugin()
+        registering.result(WAIT_S * 2)
+    relayed = rig.wait(rig.timeline, "kubelet.register", accepted=True)
+    message = rig.wait(rig.timeline, "grpc.stream_msg", endpoint_id=relayed.get("endpoint_id"))
+    assert {d["ID"] for d in message.get("message")["devices"]} == {"d0", "d1"}

@@ -73,6 +73,7 @@ class _Pending:
     """A Register on its way through: what the kubelet's calls inside it showed."""
 
     endpoint_id: int
+    resource: str
     options_call: dict[str, Any] | None = None
     served_options: dict[str, Any] | None = None
 
@@ -89,6 +90,10 @@ class _Endpoint:
     pending: _Pending | None = None
     dialed_for: set[int] = field(default_factory=set)  # registrations whose dial is recorded
 
+    def adopt(self, pending: _Pending) -> None:
+        """The kubelet's calls through this socket belong to the registration on its way through."""
+        self.endpoint_id, self.pending, self.resource = pending.endpoint_id, pending, pending.resource
+
 
 class DevicePluginRelay:
     """The relay for one plugin directory and one kubelet directory (see the module's docstring)."""
@@ -99,6 +104,7 @@ class DevicePluginRelay:
         self.state_dir, self.kubelet_instance = Path(state_dir), kubelet_instance
         self._lock = threading.RLock()
         self._endpoints: dict[str, _Endpoint] = {}
+        self._in_flight: dict[str, _Pending] = {}  # Registers on their way through, by endpoint name
         self._retired: list[grpc.Server] = []  # still serving calls in flight; stopped at close
         self._channels: list[grpc.Channel] = []
         self._registration: grpc.Server | None = None
@@ -324,14 +330,23 @@ class DevicePluginRelay:
         event = {**base, "resource": request.resource_name, "version": request.version,
                  "endpoint": request.endpoint, "options": to_dict(request.options),
                  "probe": probe_listening(go_join(str(self.plugin_dir), request.endpoint))}
-        pending = _Pending(next(endpoint_ids))
+        pending = _Pending(next(endpoint_ids), request.resource_name)
         with self._lock:
+            self._in_flight[request.endpoint] = pending
             endpoint = self._endpoints.get(request.endpoint)
+            if endpoint is None and self._plugin_socket(request.endpoint):
+                # The plugin serves, but the mirror's watch has not reported its socket yet (it lags under load):
+                # the kubelet dials it inside Register, so the relay's side must be there now.
+                self._open_endpoint(request.endpoint)
+                endpoint = self._endpoints[request.endpoint]
             if endpoint is not None:
-                endpoint.endpoint_id, endpoint.pending = pending.endpoint_id, pending
-                endpoint.resource = request.resource_name
+                endpoint.adopt(pending)
         done = forward_unary(channel, REGISTER, raw, context)
         with self._lock:
+            if self._in_flight.get(request.endpoint) is pending:
+                del self._in_flight[request.endpoint]
+            # Opened during the call when the plugin's socket appeared only then (the kubelet's dial waits).
+            endpoint = self._endpoints.get(request.endpoint)
             if endpoint is not None and endpoint.pending is pending:
                 endpoint.pending = None
         accepted = done.outcome == "OK"
@@ -369,9 +384,18 @@ class DevicePluginRelay:
         server.add_insecure_port(f"unix://{private}")
         server.start()
         holder["ep"] = endpoint = _Endpoint(name, server, channel)
+        if name in self._in_flight:
+            endpoint.adopt(self._in_flight[name])
         self._link(private, KUBELET, name)
         self._endpoints[name] = endpoint
         self.timeline.record("relay.mirror", "relay", name=name, what="created", side=KUBELET)
+
+    def _plugin_socket(self, name: str) -> bool:
+        """`name` is a socket the plugin serves in its directory, and not yet the relay's (a Register may name
+        any path; the relay mirrors plain names only, as the mirror does)."""
+        if self._closed or not name or "/" in name or name == KUBELET_SOCKET:
+            return False
+        return name not in self._endpoints and is_socket(self.plugin_dir / name)
 
     def _drop_endpoint(self, name: str, side: str, why: str) -> None:
         endpoint = self._endpoints.pop(name)
