@@ -236,6 +236,17 @@ def test_incomplete_pool_refused(cp, world):
     assert timeline.events(kind="api.allocate") == []
 
 
+def test_a_pool_listing_a_device_twice_is_invalid_and_nothing_is_allocated(cp, world):
+    """As kube-scheduler does with reference-dra's bad-slice mutant: the pool is invalid, no claim is allocated."""
+    alloc, name, timeline = world
+    _publish(cp.client(), _slice(f"{name}-a", name, name, [{"name": "gpu-0"}, {"name": "gpu-1"}], count=2),
+             _slice(f"{name}-b", name, name, [{"name": "gpu-0"}], count=2))
+    with pytest.raises(AllocationError) as err:
+        alloc.allocate(alloc.create_claim(name, "c", name), name, DRIVER, _pod(alloc, name))
+    assert str(err.value) == f"1 invalid resource pools were encountered: pool {name}: device gpu-0 is listed twice"
+    assert timeline.events(kind="api.allocate") == []
+
+
 def test_only_the_newest_generation_counts(cp, world):
     alloc, name, _ = world
     _publish(cp.client(),

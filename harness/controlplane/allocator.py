@@ -3,9 +3,9 @@
 It follows the structured-parameters allocator's rules that a conformance
 check can observe (k8s.io/dynamic-resource-allocation structured/): devices
 come only from complete pools (the newest generation, all resourceSliceCount
-slices present), a device allocated to another claim is not handed out again,
-and a device with a NoSchedule or NoExecute taint is skipped unless the request
-tolerates it. Device classes are matched by driver only: the harness creates
+slices present) that list each device once, a device allocated to another claim
+is not handed out again, and a device with a NoSchedule or NoExecute taint is
+skipped unless the request tolerates it. Device classes are matched by driver only: the harness creates
 its classes with the one selector `device.driver == "<driver>"`, and evaluating
 arbitrary CEL is out of scope.
 """
@@ -45,6 +45,17 @@ def _allocated_nodes(allocation: dict) -> set[str]:
             if field.get("key") == NODE_NAME_FIELD and field.get("operator") == "In":
                 names.update(field.get("values") or [])
     return names
+
+def _listed_twice(slices: list[dict]) -> str | None:
+    """The first device name that a pool's slices list more than once (the pool is invalid then), or None."""
+    seen: set[str] = set()
+    for s in slices:
+        for device in s["spec"].get("devices") or []:
+            if device.get("name") in seen:
+                return str(device.get("name"))
+            seen.add(device.get("name"))
+    return None
+
 
 def _meta(obj: dict) -> dict:
     return obj.get("metadata") or {}
@@ -149,6 +160,12 @@ class Allocator:
                                   f"found {len(current)}")
         if not complete:
             raise AllocationError(f"no complete pool of driver {driver} on node {node}: {'; '.join(incomplete)}")
+        invalid = [f"pool {pool}: device {name} is listed twice" for pool, current in complete
+                   if (name := _listed_twice(current)) is not None]
+        if invalid:
+            # Measured: kube-scheduler allocates nothing while it sees such a pool, and says "1 invalid resource
+            # pools were encountered" (reference-dra's bad-slice mutant, on the local control plane).
+            raise AllocationError(f"{len(invalid)} invalid resource pools were encountered: {'; '.join(invalid)}")
         return complete
 
     def _in_use(self, except_uid: str, node: str) -> set[tuple[str, str, str]]:
