@@ -34,9 +34,10 @@ MUTANT_BOUND_S = "6"  # harness/run/commands.py MUTANT_BOUND_S
 MUTANTS = {"getinfo-slow": ({"KEP5970-01", "KEP5970-04"}, {"KEP5970-02", "KEP5970-03"}),
            "unprepare-hang": ({"KEP5970-06"}, {"KEP5970-01", "KEP5970-02", "KEP5970-03", "KEP5970-04"}),
            # Two slices of one pool with the same device: kube-scheduler finds the pool invalid and allocates nothing.
-           "bad-slice": ({"KEP5970-03"}, {"KEP5970-02"})}
-# What the suite cannot fail with these: KEP5970-02 (no slices), 05 (no CDI env) and 07 (device not reusable)
-# need a mutant of their own, or a runtime with CDI (05).
+           "bad-slice": ({"KEP5970-03"}, {"KEP5970-02"}),
+           "empty-slice": ({"KEP5970-02"}, set())}
+# What the suite cannot fail with these: KEP5970-05 (no CDI env) and 07 (device not reusable) need a mutant of
+# their own, or a runtime with CDI (05).
 REAL_CONTAINERD_ENV = "KEP5970-05"
 
 

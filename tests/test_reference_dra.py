@@ -419,8 +419,27 @@ def test_slices_prepare_and_restart(tmp: Path, hw: DeviceBackend, control_plane:
         client.delete(f"{RESOURCE_API}/deviceclasses/{node}-class")
 
 
-def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None:
+def test_the_empty_slice_mutant_publishes_its_pool_without_devices(tmp: Path, hw: DeviceBackend,
+                                                                  control_plane: Any) -> None:
     from harness.controlplane import Allocator
+
+    client = control_plane.client()
+    node = f"fakelet-{uuid.uuid4().hex[:8]}"
+    Allocator(client).ensure_node(node)
+    d = Driver(tmp, kubeconfig=str(control_plane.kubeconfig), node=node, defect="empty-slice").start()
+    try:
+        slices = wait_slices(client, node, lambda s: len(s) == 1, "the pool's one slice")
+        # The API server leaves an empty device list out of the object.
+        assert not slices[0]["spec"].get("devices") and slices[0]["spec"]["pool"]["name"] == node
+    finally:
+        d.stop()
+        for s in client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={node}"):
+            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
+        client.delete(f"/api/v1/nodes/{node}")
+
+
+def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None:
+    from harness.controlplane import AllocationError, Allocator
 
     client = control_plane.client()
     node = f"fakelet-{uuid.uuid4().hex[:8]}"
@@ -432,6 +451,11 @@ def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None
     try:
         slices = wait_slices(client, node, lambda s: len(s) == 2, "two slices")
         assert sorted(devices_of(slices)).count("gpu-0") == 2  # a device name twice in one pool
+        with pytest.raises(AllocationError, match="invalid resource pools"):  # as kube-scheduler refuses it
+            alloc.allocate(alloc.create_claim(node, "refused", f"{node}-class"), node, DRIVER, real_pod(client, node))
+        d.stop()
+        d = Driver(tmp, kubeconfig=str(control_plane.kubeconfig), node=node).start()
+        wait_slices(client, node, lambda s: len(s) == 1, "the pool in one slice again")
         claim = alloc.allocate(alloc.create_claim(node, "claim", f"{node}-class"), node, DRIVER,
                                real_pod(client, node))
         ref = (node, claim["metadata"]["uid"], "claim")

@@ -43,5 +43,6 @@ DRA_DEFECTS: dict[str, str] = {
     "leaves-cdi-after-eviction": "forgets a claim evicted by a NoExecute taint without removing its CDI spec",
     # ResourceSlices
     "bad-slice": "publishes its pool as two slices that both carry the first device",
+    "empty-slice": "publishes its pool without devices (a device discovery that found none and said nothing)",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
 }

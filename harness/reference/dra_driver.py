@@ -667,7 +667,8 @@ class ReferenceDriver:
         self.refresh()
         if self.client is not None:
             self.publisher = SlicePublisher(self.client, self.driver, self.node,
-                                            duplicate_first=self.has("bad-slice")).start()
+                                            duplicate_first=self.has("bad-slice"),
+                                            empty=self.has("empty-slice")).start()
             self.publisher.update(self.devices)
         # Serve first: the kubelet dials the endpoint as soon as it sees the registration socket.
         self.serve_dra()

@@ -120,9 +120,11 @@ def _index_of(name: str, length: int) -> int | None:
 class SlicePublisher:
     """Keeps the node's pool in the API server equal to the driver's devices, on its own thread."""
 
-    def __init__(self, client: Client, driver: str, node: str, duplicate_first: bool = False) -> None:
+    def __init__(self, client: Client, driver: str, node: str, duplicate_first: bool = False,
+                 empty: bool = False) -> None:
         self.client, self.driver, self.node = client, driver, node
         self.duplicate_first = duplicate_first  # the bad-slice mutant
+        self.empty = empty  # the empty-slice mutant
         self._cond = threading.Condition()
         self._desired: list[dict[str, Any]] | None = None
         self._dirty = False
@@ -174,6 +176,9 @@ class SlicePublisher:
             next_sync = time.monotonic() + RESYNC_S
 
     def _desired_slices(self, devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        if self.empty:
+            # The bug: the pool is published, but without the devices the driver serves.
+            return [[]]
         if self.duplicate_first and devices:
             # The bug: a second slice of the same pool repeats a device name.
             return [devices, devices[:1]]
