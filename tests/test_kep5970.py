@@ -35,9 +35,10 @@ MUTANTS = {"getinfo-slow": ({"KEP5970-01", "KEP5970-04"}, {"KEP5970-02", "KEP597
            "unprepare-hang": ({"KEP5970-06"}, {"KEP5970-01", "KEP5970-02", "KEP5970-03", "KEP5970-04"}),
            # Two slices of one pool with the same device: kube-scheduler finds the pool invalid and allocates nothing.
            "bad-slice": ({"KEP5970-03"}, {"KEP5970-02"}),
-           "empty-slice": ({"KEP5970-02"}, set())}
-# What the suite cannot fail with these: KEP5970-05 (no CDI env) and 07 (device not reusable) need a mutant of
-# their own, or a runtime with CDI (05).
+           "empty-slice": ({"KEP5970-02"}, set()),
+           "stuck-after-unprepare": ({"KEP5970-07"},
+                                     {"KEP5970-01", "KEP5970-02", "KEP5970-03", "KEP5970-04", "KEP5970-06"})}
+# What the suite cannot fail with these: KEP5970-05 (no CDI env) needs a runtime with CDI to show its mutant.
 REAL_CONTAINERD_ENV = "KEP5970-05"
 
 

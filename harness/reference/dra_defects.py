@@ -19,6 +19,7 @@ DRA_DEFECTS: dict[str, str] = {
     "drops-claims-in-batch": "answers only the first claim of a multi-claim request",
     "wrong-cdi-id": "returns CDI device IDs without the vendor/class qualification",
     "prepare-hang": "never answers a NodePrepareResources call that names claims",
+    "stuck-after-unprepare": "refuses every new claim after its first unprepare (a device lock it never lets go)",
     # restarts
     "forgets-after-restart": "ignores its checkpoint and names CDI devices per process",
     "no-reregister": "does not recreate its registration socket when it is deleted",

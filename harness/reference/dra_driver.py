@@ -297,6 +297,7 @@ class ReferenceDriver:
         self.checkpoint = Checkpoint(self.state_dir)
         self.claims_lock = threading.Lock()  # the helper serializes prepare and unprepare (Serialize)
         self.prepared: dict[str, dict[str, Any]] = {} if self.has("forgets-after-restart") else self.checkpoint.load()
+        self.released_once = False  # the stuck-after-unprepare mutant: set by its first release of a claim
 
         self.client: Any = None
         self.api_error: type[Exception] = Exception
@@ -498,6 +499,8 @@ class ReferenceDriver:
             if not spec_file.exists():
                 cdi.write_spec(spec_file, record["spec"])
             return {"devices": record["devices"], "error": ""}
+        if self.released_once and self.has("stuck-after-unprepare"):
+            return {"devices": [], "error": f"claim {namespace}/{name}: timed out waiting for the device lock"}
         if fetched is None:  # prepared meanwhile by a concurrent call, then unprepared
             fetched = self._fetch_claim(namespace, uid, name)
         if isinstance(fetched, str):
@@ -552,6 +555,7 @@ class ReferenceDriver:
                         continue
                     if record is not None:
                         cdi.remove_spec(Path(record["cdi_spec"]))
+                        self.released_once = True
                     elif self.has("unprepare-unknown-errors"):
                         errors[uid] = f"claim {ns}/{name} ({uid}) is not prepared"
                         continue

@@ -88,7 +88,10 @@ def test_resource_reuse(kep_world: KepWorld) -> None:
     if isinstance(second, Stage):
         judge(second, "the first claim's device released")
         return
-    story_stage(second, "running", "the second pod Running")
+    # The second pod's every stage is this check's: its claim allocated, prepared and running is the reuse.
+    judge(second.allocation, "the second claim allocated once the first's device was given back")
+    judge(second.prepare, "the second pod past NodePrepareResources")
+    judge(second.running, "the second pod Running")
     first = kep_world.first().allocation
     again = second.allocation.facts.get("devices") if second.allocation else None
     if first is not None and again is not None and again != first.facts.get("devices"):
