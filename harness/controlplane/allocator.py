@@ -5,9 +5,9 @@ check can observe (k8s.io/dynamic-resource-allocation structured/): devices
 come only from complete pools (the newest generation, all resourceSliceCount
 slices present) that list each device once, a device allocated to another claim
 is not handed out again, and a device with a NoSchedule or NoExecute taint is
-skipped unless the request tolerates it. Device classes are matched by driver only: the harness creates
-its classes with the one selector `device.driver == "<driver>"`, and evaluating
-arbitrary CEL is out of scope.
+skipped unless the request tolerates it. Device classes are matched by driver
+only: the harness creates its classes with the one selector
+`device.driver == "<driver>"`, and evaluating arbitrary CEL is out of scope.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def _allocated_nodes(allocation: dict) -> set[str]:
             if field.get("key") == NODE_NAME_FIELD and field.get("operator") == "In":
                 names.update(field.get("values") or [])
     return names
+
 
 def _listed_twice(slices: list[dict]) -> str | None:
     """The first device name that a pool's slices list more than once (the pool is invalid then), or None."""
