@@ -351,6 +351,15 @@ def real_pod(client: Any, namespace: str) -> dict[str, str]:
     return {"name": name, "uid": pod["metadata"]["uid"]}
 
 
+def remove_node_objects(client: Any, node: str) -> None:
+    """What a test made for its node: the node's slices, its namespace, the node, its device class (any missing)."""
+    for s in client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={node}"):
+        client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
+    client.delete(f"/api/v1/namespaces/{node}")
+    client.delete(f"/api/v1/nodes/{node}")
+    client.delete(f"{RESOURCE_API}/deviceclasses/{node}-class")
+
+
 def devices_of(slices: list[dict]) -> list[str]:
     return sorted(d["name"] for s in slices for d in s["spec"]["devices"])
 
@@ -412,11 +421,7 @@ def test_slices_prepare_and_restart(tmp: Path, hw: DeviceBackend, control_plane:
         wait_slices(client, node, lambda s: "gpu-3" in devices_of(s), "gpu-3 back")
     finally:
         d.stop()
-        for s in client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={node}"):
-            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
-        client.delete(f"/api/v1/namespaces/{node}")
-        client.delete(f"/api/v1/nodes/{node}")
-        client.delete(f"{RESOURCE_API}/deviceclasses/{node}-class")
+        remove_node_objects(client, node)
 
 
 def test_the_empty_slice_mutant_publishes_its_pool_without_devices(tmp: Path, hw: DeviceBackend,
@@ -433,9 +438,7 @@ def test_the_empty_slice_mutant_publishes_its_pool_without_devices(tmp: Path, hw
         assert not slices[0]["spec"].get("devices") and slices[0]["spec"]["pool"]["name"] == node
     finally:
         d.stop()
-        for s in client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={node}"):
-            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
-        client.delete(f"/api/v1/nodes/{node}")
+        remove_node_objects(client, node)
 
 
 def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None:
@@ -472,8 +475,4 @@ def test_claim_mutants(tmp: Path, hw: DeviceBackend, control_plane: Any) -> None
             d.stop()
     finally:
         d.stop()
-        for s in client.list(f"{RESOURCE_API}/resourceslices", field_selector=f"spec.nodeName={node}"):
-            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
-        client.delete(f"/api/v1/namespaces/{node}")
-        client.delete(f"/api/v1/nodes/{node}")
-        client.delete(f"{RESOURCE_API}/deviceclasses/{node}-class")
+        remove_node_objects(client, node)

@@ -466,16 +466,15 @@ class Conditions:
         if not ids:
             return False, f"pod {pod.name}'s claims were prepared with no CDI devices"
         cdi_dir = self.env.sandbox.cdi_dir
+        defined = defined_devices(cdi_dir)
+        present = [i for i in ids if i in defined]
         if want["present"]:
-            defined = defined_devices(cdi_dir)
-            present = [i for i in ids if i in defined]
             return len(present) == len(ids), f"CDI devices of {pod.name}: {len(present)} of {len(ids)} defined"
         # Gone means the claims' own devices are gone: a device every claim shares (dra-example-driver's
         # `gpu=common`) or a driver's static spec may stay, as DRA-TNT-04 judges it (cdispecs.left_for_claim).
-        defined = defined_devices(cdi_dir)
         left = {c: f for uid, claim_ids in pod.cdi_ids.items()
                 for c, f in left_for_claim(cdi_dir, uid, claim_ids, defined).items()}
-        shared = len([i for i in ids if i in defined]) - len(left)
+        shared = len(present) - len(left)
         return not left, (f"CDI devices of {pod.name}'s own claims still defined: {len(left)} of {len(ids)}"
                           + (f" ({', '.join(sorted(left))})" if left else "")
                           + (f"; {shared} shared device(s) stay, as they may" if shared else ""))

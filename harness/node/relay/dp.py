@@ -87,12 +87,11 @@ class _Endpoint:
     channel: grpc.Channel
     endpoint_id: int = 0  # the registration the kubelet's calls belong to (the latest through this name)
     resource: str = ""
-    pending: _Pending | None = None
     dialed_for: set[int] = field(default_factory=set)  # registrations whose dial is recorded
 
     def adopt(self, pending: _Pending) -> None:
         """The kubelet's calls through this socket belong to the registration on its way through."""
-        self.endpoint_id, self.pending, self.resource = pending.endpoint_id, pending, pending.resource
+        self.endpoint_id, self.resource = pending.endpoint_id, pending.resource
 
 
 class DevicePluginRelay:
@@ -334,21 +333,17 @@ class DevicePluginRelay:
         with self._lock:
             self._in_flight[request.endpoint] = pending
             endpoint = self._endpoints.get(request.endpoint)
-            if endpoint is None and self._plugin_socket(request.endpoint):
-                # The plugin serves, but the mirror's watch has not reported its socket yet (it lags under load):
-                # the kubelet dials it inside Register, so the relay's side must be there now.
-                self._open_endpoint(request.endpoint)
-                endpoint = self._endpoints[request.endpoint]
             if endpoint is not None:
                 endpoint.adopt(pending)
+            elif self._plugin_socket(request.endpoint):
+                # The plugin serves, but the mirror's watch has not reported its socket yet (it lags under load):
+                # the kubelet dials it inside Register, so the relay's side must be there now (it adopts the
+                # Register in flight, as one that appears later during the call does).
+                self._open_endpoint(request.endpoint)
         done = forward_unary(channel, REGISTER, raw, context)
         with self._lock:
             if self._in_flight.get(request.endpoint) is pending:
                 del self._in_flight[request.endpoint]
-            # Opened during the call when the plugin's socket appeared only then (the kubelet's dial waits).
-            endpoint = self._endpoints.get(request.endpoint)
-            if endpoint is not None and endpoint.pending is pending:
-                endpoint.pending = None
         accepted = done.outcome == "OK"
         if pending.options_call is not None:
             event["options_call"] = pending.options_call
@@ -391,11 +386,11 @@ class DevicePluginRelay:
         self.timeline.record("relay.mirror", "relay", name=name, what="created", side=KUBELET)
 
     def _plugin_socket(self, name: str) -> bool:
-        """`name` is a socket the plugin serves in its directory, and not yet the relay's (a Register may name
-        any path; the relay mirrors plain names only, as the mirror does)."""
+        """`name` is a socket the plugin serves in its directory (a Register may name any path; the relay mirrors
+        plain names only, as the mirror does)."""
         if self._closed or not name or "/" in name or name == KUBELET_SOCKET:
             return False
-        return name not in self._endpoints and is_socket(self.plugin_dir / name)
+        return is_socket(self.plugin_dir / name)
 
     def _drop_endpoint(self, name: str, side: str, why: str) -> None:
         endpoint = self._endpoints.pop(name)
@@ -415,7 +410,7 @@ class DevicePluginRelay:
                     outcome)
 
     def _unary(self, endpoint: _Endpoint, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        endpoint_id, pending = endpoint.endpoint_id, endpoint.pending
+        endpoint_id, pending = endpoint.endpoint_id, self._in_flight.get(endpoint.name)
         # The kubelet reached the socket: its dial is done, whatever the call makes of it (on the record too).
         self._record_dial(endpoint, endpoint_id, "OK")
         done = forward_unary(endpoint.channel, method, raw, context)
