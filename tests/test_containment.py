@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -322,3 +323,23 @@ def test_a_missing_or_unexecutable_program_is_a_launch_error(tmp_path: Path) -> 
     script.write_text("#!/bin/sh\n")
     with pytest.raises(LaunchError, match="not executable"):
         ProcessLauncher("x", [str(script)], {}, tmp_path / "x.log", timeline).start()
+
+
+def test_kill_working_in_takes_down_what_works_in_a_directory_and_nothing_else(tmp_path: Path) -> None:
+    """The local control plane's stop: a server a Ctrl-C left unrecorded still works in the workdir."""
+    inside, outside = tmp_path / "workdir", tmp_path / "elsewhere"
+    (inside / "etcd-0").mkdir(parents=True)
+    outside.mkdir()
+    code = "import signal; signal.signal(15, signal.SIG_IGN); print(flush=True); signal.pause()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=cwd, stdout=subprocess.PIPE)
+             for cwd in (inside, inside / "etcd-0", outside)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"\n"  # running, its cwd set
+        killed = launchers.kill_working_in(inside, 10)
+        assert sorted(killed) == sorted(p.pid for p in procs[:2])
+        assert [p.poll() for p in procs] == [-signal.SIGKILL, -signal.SIGKILL, None]  # reaped-ready at return
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

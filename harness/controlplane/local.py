@@ -45,7 +45,7 @@ from harness.controlplane.kubeconfig import write_kubeconfig
 from harness.instruments.progress import Progress
 from harness.launch import gobuild
 from harness.launch.owners import owned_dir, remove_owned
-from harness.launch.process import die_with_parent
+from harness.launch.process import die_with_parent, kill_working_in
 from harness.launch.reaper import reap
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
@@ -462,6 +462,9 @@ class LocalControlPlane:
             self._client = None
         self._stop_servers()
         if self.workdir is not None:
+            # A server whose start a Ctrl-C cut short may be running unrecorded (the signal landed after its
+            # Popen, before _Server kept it): the servers run in the workdir, so that finds them all.
+            kill_working_in(self.workdir, STOP_GRACE_S)
             remove_owned(self.workdir)
             self.workdir = None
 

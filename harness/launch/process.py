@@ -591,6 +591,32 @@ class ProcessLauncher:
         self.stop()
 
 
+def kill_working_in(directory: Path, grace_s: float) -> list[int]:
+    """SIGKILL every process whose working directory is `directory` or under it, and wait (at most `grace_s`
+    each) until they are gone: those a stop signal left unrecorded (it can land after a Popen, before its result
+    is kept), which would otherwise go on writing into a directory about to be removed. The pids killed."""
+    inside = str(Path(directory).resolve())
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            pidfd = os.pidfd_open(int(entry.name))  # first: the cwd read next is then this process's
+        except OSError:
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry.name}/cwd")
+            if cwd == inside or cwd.startswith(inside + "/"):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                killed.append(int(entry.name))
+                select.select([pidfd], [], [], grace_s)  # readable once it has exited
+        except OSError:
+            pass  # gone meanwhile, or not ours to read
+        finally:
+            os.close(pidfd)
+    return killed
+
+
 def unix_socket_inodes(name: str) -> set[str]:
     """Inodes of the unix sockets bound at a path ending in /`name` (in this network namespace, the plugin's)."""
     try:
