@@ -71,7 +71,9 @@ from harness.launch.process import ProcessLauncher
 from harness.launch.sandbox import Sandbox
 from harness.node.fake import FakeNode
 from harness.spec.profiles import FAST
-from harness.spec.subjects import SubjectSpec, free_port, load_subject, render, repo_root
+from harness.spec.subjects import SubjectSpec, free_port, load_subject, render
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests belong to
 
 TARGET_LOST = 0  # P3: not one health change may go missing on the way to the kubelet
 TARGET_HARNESS_CORES = 1.0  # P3: the harness under one core
@@ -258,7 +260,7 @@ class Plugin:
         }
         argv = [render(a, values, spec.source) for a in spec.command] + ["--socket-name", self.socket_name]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox.path),
-               "PYTHONPATH": str(repo_root()), "GRPC_VERBOSITY": "ERROR"}
+               "PYTHONPATH": str(REPO), "GRPC_VERBOSITY": "ERROR"}
         env.update({k: render(v, values, spec.source) for k, v in spec.env.items()})
         self.launcher = ProcessLauncher(self.name, argv, env, sandbox.logs_dir / f"{self.name}.log", timeline)
         self.endpoint_id: int | None = None

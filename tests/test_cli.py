@@ -16,7 +16,8 @@ import pytest
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
-from harness.spec.subjects import repo_root
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests belong to
+
 
 RUN_TIMEOUT_S = 300
 
@@ -295,7 +296,7 @@ def test_plugin_cmd_in_mount_namespace_never_touches_host_kubelet_dir(tmp: Path,
     host_dir = Path("/var/lib/kubelet")
     existed = host_dir.exists()
     before = sorted(p.name for p in host_dir.iterdir()) if existed else None
-    inventory = repo_root() / "fixtures" / "inventories" / "basic.yaml"
+    inventory = REPO / "fixtures" / "inventories" / "basic.yaml"
     cmd = (f"{sys.executable} -m harness.reference.device_plugin --plugin-dir /var/lib/kubelet/device-plugins "
            f"--inventory {inventory} --dev-dir {{dev_dir}}")
     out = tmp_path / "out"

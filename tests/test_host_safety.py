@@ -28,8 +28,8 @@ from harness.launch import namespace, nsexec
 from harness.launch import process as launchers
 from harness.launch.namespace import NamespaceLauncher
 from harness.launch.process import CONTAINER_PRIVATE_DIRS, HOST_DEVICE_PLUGIN_DIR, LaunchError
-from harness.spec.subjects import repo_root
 
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests belong to
 WAIT_S = 20.0
 RUN_TIMEOUT_S = 600  # a conformance run of two checks, with its binary already built
 RUN_SKIP = ("/run/user",)  # per-login state, changes by itself
@@ -63,7 +63,7 @@ def tree(root: str, skip: tuple[str, ...] = ()) -> list[str] | None:
 
 # This test's own interpreter and code may live under /tmp (a CI clone, a tox env there):
 # each /tmp of our own puts them back, and listings leave them out.
-KEEP = sorted({sys.prefix, sys.base_prefix, str(repo_root())})
+KEEP = sorted({sys.prefix, sys.base_prefix, str(REPO)})
 
 
 def kept_names() -> set[str]:
@@ -83,7 +83,7 @@ def snapshot() -> dict[str, Any]:
 
 def on_own_tmp(function: str, *args: Any) -> dict[str, Any]:
     """This module's `function(*args)`, run where /tmp is a fresh tmpfs (see the module docstring)."""
-    env = dict(os.environ, PYTHONPATH=str(repo_root()))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([*launchers.namespace_prefix(), "--", sys.executable, __file__, function, json.dumps(args)],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd="/", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -205,7 +205,7 @@ def test_a_conformance_run_of_the_sample_plugin_leaves_the_host_alone() -> None:
     spec = load_subject("sample-device-plugin")
     assert spec.build is not None
     try:
-        build(repo_root() / spec.build["module"], spec.build["package"], spec.build.get("binary"))
+        build(Path(spec.build["module"]), spec.build["package"], spec.build.get("binary"))
     except (GoUnavailable, RuntimeError) as err:
         pytest.skip(f"cannot build the sample plugin here: {err}")
     r = on_own_tmp("run_sample_plugin")

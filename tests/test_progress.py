@@ -18,7 +18,8 @@ import pytest
 from harness.instruments import progress
 from harness.instruments.progress import ERASE_LINE, Progress, elapsed_text
 from harness.launch import gobuild
-from harness.spec.subjects import repo_root
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests belong to
 
 EVENT_TIMEOUT_S = 30.0
 CLI_TIMEOUT_S = 300.0
@@ -196,13 +197,13 @@ def test_pytest_leaves_the_pinned_real_stderr_alone(capfd: pytest.CaptureFixture
 
 
 def test_a_build_is_named_with_the_version_its_module_pins() -> None:
-    kube = repo_root() / "tests/go/kubernetes"
+    kube = REPO / "fixtures/go/kubernetes"
     assert gobuild.describe(kube, "k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver") == "kube-apiserver v1.36.3"
-    assert gobuild.describe(repo_root() / "tests/go/kind", "sigs.k8s.io/kind", "kind") == "kind v0.33.0"
-    assert gobuild.describe(repo_root() / "tests/go/generic-device-plugin", "github.com/squat/generic-device-plugin",
+    assert gobuild.describe(REPO / "fixtures/go/kind", "sigs.k8s.io/kind", "kind") == "kind v0.33.0"
+    assert gobuild.describe(REPO / "fixtures/go/generic-device-plugin", "github.com/squat/generic-device-plugin",
                             "generic-device-plugin", "github.com/squat/generic-device-plugin@latest") \
         == "generic-device-plugin latest"
-    assert gobuild.describe(repo_root() / "tests/go/wirecompat", ".", "wirecompat") == "wirecompat"
+    assert gobuild.describe(REPO / "tests/go/wirecompat", ".", "wirecompat") == "wirecompat"
 
 
 def tiny_module(root: Path, body: str = "func main() {}") -> Path:

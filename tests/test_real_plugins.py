@@ -13,16 +13,19 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from harness.run.commands import SUITES
 from harness.spec.checks import catalog
-from harness.spec.subjects import load_subject, repo_root
+from harness.spec.subjects import load_subject
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests belong to
 
 REAL_SUBJECTS = ["sample-device-plugin", "generic-device-plugin", "dra-test-driver", "dra-example-driver",
                  "pydra-driver"]
-OUT = repo_root() / "reports-subjects"
+OUT = REPO / "reports-subjects"
 RUN_TIMEOUT_S = 1500  # includes a cold Go build of k8s.io/kubernetes code
 
 

@@ -126,8 +126,8 @@ def test_a_minor_is_its_newest_final_patch_in_the_proxys_list() -> None:
 
 def test_committed_modules_serve_their_release_by_minor_or_patch() -> None:
     for name in ("1.36", "v1.36", "1.36.3", "v1.36.3"):
-        assert releases.committed_module(name) == "tests/go/kubernetes", name
-    assert releases.committed_module("1.37.2") == "tests/go/kubernetes-1.37"
+        assert releases.committed_module(name) == "kubernetes", name
+    assert releases.committed_module("1.37.2") == "kubernetes-1.37"
     for name in ("1.35", "1.36.1", "1.37.0"):
         assert releases.committed_module(name) is None, name
 
@@ -194,7 +194,7 @@ def test_a_release_without_a_committed_module_gets_one_generated_once(tmp_path: 
     assert Path(releases.module_for("1.35")) == module  # the list and the module both cached
     assert go.calls == []
     assert sorted(p.name for p in module.parent.iterdir() if ".tmp" in p.name) == []  # no leftover work dir
-    assert releases.module_for("1.36") == "tests/go/kubernetes" and go.calls == []  # committed: no proxy
+    assert releases.module_for("1.36") == "kubernetes" and go.calls == []  # committed: no proxy
 
 
 def test_the_version_list_is_fetched_again_once_stale(cache: Path, tmp_path: Path,

@@ -64,7 +64,6 @@ from harness.spec.subjects import (
     load_subject,
     load_subject_file,
     load_yaml,
-    repo_root,
     resolve_inventory,
     template_fields,
 )
@@ -657,7 +656,7 @@ class RunConfig:
             raise SubjectUnavailable(self._binary_error)
         b = self.spec.build
         try:
-            self._built_binary = str(gobuild.build(repo_root() / b["module"], b["package"], b.get("binary"),
+            self._built_binary = str(gobuild.build(Path(b["module"]), b["package"], b.get("binary"),
                                                    b.get("get"), bool(b.get("cgo")),
                                                    why=f"for subject {self.spec.name}"))
         except (gobuild.GoUnavailable, FileNotFoundError, RuntimeError) as err:
@@ -674,7 +673,7 @@ class RunConfig:
         if self._built_binary:
             return self._built_binary
         b = self.spec.build
-        found = gobuild.cached(repo_root() / b["module"], b["package"], b.get("binary"), b.get("get"),
+        found = gobuild.cached(Path(b["module"]), b["package"], b.get("binary"), b.get("get"),
                                bool(b.get("cgo")))
         return str(found) if found is not None else None
 

@@ -47,6 +47,7 @@ from harness.launch import gobuild
 from harness.launch.owners import owned_dir, remove_owned
 from harness.launch.process import die_with_parent, kill_working_in
 from harness.launch.reaper import reap
+from harness.spec import bundled
 
 START_TIMEOUT_S = 60.0  # etcd + kube-apiserver to /readyz; ~3 s on a 2-core machine, cold disks are slower
 START_QUIET_S = 10.0  # a start-up this quick goes unannounced; a loaded machine's slow one is shown
@@ -60,7 +61,7 @@ SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # any private range: nothing routes to
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"  # kubeadm's default service-account issuer
 ADMIN_USER = "fakelet-admin"
 ADMIN_GROUP = "system:masters"  # k8s.io/apiserver pkg/authentication/user/user.go SystemPrivilegedGroup
-KUBE_MODULE = "tests/go/kubernetes"  # the wrapper module that pins k8s.io/kubernetes
+KUBE_MODULE = "kubernetes"  # fixtures/go/kubernetes: the wrapper module that pins k8s.io/kubernetes
 KUBE_APISERVER_PACKAGE = "k8s.io/kubernetes/cmd/kube-apiserver"
 KUBE_CONTROLLER_MANAGER_PACKAGE = "k8s.io/kubernetes/cmd/kube-controller-manager"
 # Started only when asked (the kep5970 suite): every other check plays the scheduler itself, and its pods carry
@@ -119,10 +120,10 @@ def find_etcd() -> Path:
 
 
 def _kube_module(module_dir: str | None = None) -> Path:
-    """A wrapper module: relative paths are the repository's, absolute ones generated (node/real/releases.py)."""
-    from harness.spec.subjects import repo_root  # subjects imports much; only the build path needs it
-
-    return repo_root() / (module_dir or KUBE_MODULE)
+    """A wrapper module: a name is one of fakelet's own (fixtures/go/NAME), an absolute path a generated one
+    (node/real/releases.py)."""
+    name = module_dir or KUBE_MODULE
+    return Path(name) if Path(name).is_absolute() else bundled.go_module(name)
 
 
 def find_kube_apiserver() -> tuple[Path, str | None]:

@@ -11,15 +11,13 @@ import contextlib
 import json
 import os
 import platform
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from harness.config.runconfig import RunConfig, fakelet_version
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable
+from harness.spec import bundled
 from harness.spec.checks import all_packages, catalog
-from harness.spec.subjects import repo_root
 from reports.model import FAIL, PASS, SubjectReport
 from reports.provenance import FORMAT, catalog_digest, mark_near_bound, sha256_bytes, sha256_file
 
@@ -57,19 +55,8 @@ def cgroup_version() -> str:
 
 
 def checkout() -> dict[str, Any]:
-    """fakelet's commit and whether its tree had changes, when it runs from a git checkout."""
-    root = repo_root()
-    git = shutil.which("git")
-    if git is None or not (root / ".git").exists():
-        return {}
-    try:
-        head = subprocess.run([git, "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, check=True).stdout.strip()
-        dirty = subprocess.run([git, "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {"commit": head, "dirty": bool(dirty)}
+    """fakelet's commit and whether its tree had changes: recorded in an install, read from git in a checkout."""
+    return dict(bundled.build_info())
 
 
 def catalog_facts() -> dict[str, Any]:

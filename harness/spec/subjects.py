@@ -21,6 +21,7 @@ template uses, so that an unknown one is an error before anything starts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -28,7 +29,6 @@ import re
 import shlex
 import socket
 import string
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -46,6 +46,8 @@ from harness.instruments.userinput import (
     oneline,
     read_user_text,
 )
+from harness.spec import bundled
+from harness.spec.bundled import FIXTURES_ENV
 from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 
 LAUNCHERS = ("process", "mount-namespace", "container")
@@ -93,26 +95,17 @@ class ProfileError(ValueError):
         return escape_controls(super().__str__())
 
 
-FIXTURES_ENV = "FAKELET_FIXTURES"
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def fixtures_dir() -> Path:
-    """Where fixtures/ lives: $FAKELET_FIXTURES, the source tree, or the installed data files."""
+    """Where fixtures/ is read from: $FAKELET_FIXTURES, else fakelet's own (harness/spec/bundled.py)."""
     override = os.environ.get(FIXTURES_ENV)
-    if override is not None:
-        # An override that points nowhere would silently run the bundled fixtures instead of the user's.
-        if not (Path(override) / "subjects").is_dir():
-            raise ProfileError(f"{FIXTURES_ENV}={oneline(override)}: not a fakelet fixtures directory (no subjects/ "
-                               "in it); unset it or point it at one")
-        return Path(override)
-    for candidate in (repo_root() / "fixtures", Path(sys.prefix) / "share" / "fakelet" / "fixtures"):
-        if (candidate / "subjects").is_dir():
-            return candidate
-    raise ProfileError(f"fixtures/ not found: set {FIXTURES_ENV} to the fakelet fixtures directory")
+    # An override that points nowhere would silently run the bundled fixtures instead of the user's.
+    if override is not None and not (Path(override) / "subjects").is_dir():
+        raise ProfileError(f"{FIXTURES_ENV}={oneline(override)}: not a fakelet fixtures directory (no subjects/ "
+                           "in it); unset it or point it at one")
+    try:
+        return bundled.fixtures_dir()
+    except bundled.FilesMissing as err:
+        raise ProfileError(str(err)) from None
 
 
 @dataclass
@@ -622,6 +615,29 @@ def resolve_inventory(value: str, base_dir: Path | None, where: str) -> str:
                        f"bundled: {', '.join(names) or 'none'}")
 
 
+def module_candidates(value: str, base_dir: Path | None) -> list[Path]:
+    """Where a Go wrapper module named `value` may be: as given when absolute, else beside the subject
+    file, then among fakelet's own (`go/kubernetes` is fixtures/go/kubernetes, in a checkout or a wheel)."""
+    if Path(value).is_absolute():
+        return [Path(value)]
+    found = [(base_dir if base_dir is not None else Path.cwd()) / value]
+    with contextlib.suppress(bundled.FilesMissing):
+        found.append(bundled.bundled_fixtures() / value)
+    return found
+
+
+def resolve_build(build: dict[str, Any] | None, base_dir: Path | None, where: str) -> dict[str, Any] | None:
+    """The subject's `build` with its module as an absolute directory, or a ProfileError naming where it looked."""
+    if not build:
+        return None
+    candidates = module_candidates(build["module"], base_dir)
+    for path in candidates:
+        if (path / "go.mod").is_file():
+            return {**build, "module": str(path.resolve())}
+    raise ProfileError(f"{where}: no Go module {build['module']!r} (no go.mod in "
+                       f"{', '.join(str(p) for p in candidates)})")
+
+
 def _devices(doc: dict[str, Any]) -> dict[str, Any]:
     devices = doc.get("devices") or {}
     return {"dev_files": list(devices.get("files") or []), "expected_ids": devices.get("expected_ids"),
@@ -667,7 +683,8 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
         pass_env=list(doc.get("pass_env") or []), socket=doc.get("socket"), inventory=inventory,
         defect_args=list(doc.get("defect_args") or []),
         defects={n: _defect(n, d) for n, d in (doc.get("defects") or {}).items()},
-        build=dict(doc["build"]) if doc.get("build") else None, private_dirs=list(doc.get("private_dirs") or []),
+        build=resolve_build(doc.get("build"), base_dir, locate(where, lines, "build.module")),
+        private_dirs=list(doc.get("private_dirs") or []),
         source=where, reference=doc.get("reference", False), needs_api=doc.get("needs_api", False),
         requires_python=dict(python) if python else None, notes=doc.get("notes", ""), field_lines=dict(lines),
         **_devices(doc), **_backend(doc, base_dir, where, lines),

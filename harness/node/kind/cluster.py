@@ -9,7 +9,7 @@ sockets for real; a container's OCI spec comes from `crictl inspect`; the
 node's PodResources directory is bound out to this machine (manifests.py).
 
 kind itself is the `kind` on PATH, else built from the Go module proxy
-(tests/go/kind). A kind node image comes from a registry: where none is in the
+(fixtures/go/kind). A kind node image comes from a registry: where none is in the
 engine and none can be pulled, the tier is unavailable and says so in one line.
 """
 
@@ -33,11 +33,11 @@ from harness.launch.containers import engine, images
 from harness.launch.owners import PREFIX, claim
 from harness.node.kind import manifests
 from harness.node.real.cluster import NotOnRealKubelet
-from harness.spec.subjects import repo_root
+from harness.spec import bundled
 
-KIND_MODULE = "tests/go/kind"
+KIND_MODULE = "kind"  # fixtures/go/kind
 KIND_PACKAGE = "sigs.k8s.io/kind"
-KUBECTL_PACKAGE = "k8s.io/kubernetes/cmd/kubectl"  # built from tests/go/kubernetes, like kube-apiserver
+KUBECTL_PACKAGE = "k8s.io/kubernetes/cmd/kubectl"  # built from fixtures/go/kubernetes, like kube-apiserver
 DEFAULT_NODE_IMAGE = "kindest/node:v1.37.0"  # sigs.k8s.io/kind v0.33.0 pkg/apis/config/defaults/image.go
 DEFAULT_CLUSTER = "fakelet"
 CREATE_TIMEOUT_S = 600.0  # `kind create cluster` on 2 cores: a minute or two once the node image is there
@@ -71,7 +71,7 @@ def kind_binary() -> Path:
     if found:
         return Path(found)
     try:
-        return gobuild.build(repo_root() / KIND_MODULE, KIND_PACKAGE, "kind", why="for the kind tier")
+        return gobuild.build(bundled.go_module(KIND_MODULE), KIND_PACKAGE, "kind", why="for the kind tier")
     except (gobuild.GoUnavailable, RuntimeError) as err:
         raise KindUnavailable(f"no kind on PATH and it cannot be built: {str(err).splitlines()[-1][:300]}") from None
 
@@ -81,7 +81,7 @@ def kubectl_binary() -> Path:
     if found:
         return Path(found)
     try:
-        return gobuild.build(repo_root() / "tests/go/kubernetes", KUBECTL_PACKAGE, "kubectl",
+        return gobuild.build(bundled.go_module("kubernetes"), KUBECTL_PACKAGE, "kubectl",
                              why="for the kind tier")
     except (gobuild.GoUnavailable, RuntimeError) as err:
         raise KindUnavailable(f"no kubectl on PATH and it cannot be built: {str(err).splitlines()[-1][:300]}") \

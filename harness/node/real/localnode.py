@@ -1,6 +1,6 @@
 """LocalNode: the Node interface on a real kubelet, against the local control plane's API server.
 
-The kubelet (built from tests/go/kubernetes, like kube-apiserver) and Debian's
+The kubelet (built from fixtures/go/kubernetes, like kube-apiserver) and Debian's
 containerd run in a namespace of their own (namespace.py) where:
 
 - /var/lib/kubelet, /var/lib/containerd, /run/containerd and /var/log/{pods,containers}

@@ -5,7 +5,7 @@ real node builds its kubelet from the module of the release asked for
 (`--node real --kubelet-version`). The control plane always comes from the default
 module.
 
-1.36 and 1.37 have committed modules (tests/go/kubernetes*: reviewed, their go.sum in
+1.36 and 1.37 have committed modules (fixtures/go/kubernetes*: reviewed, their go.sum in
 the repository). Any other release the Go module proxy serves gets a module generated
 on first use in fakelet's cache (~/.cache/fakelet/modules): a go.mod that requires
 k8s.io/kubernetes at that release and replaces every staging module that release's own
@@ -31,10 +31,11 @@ from pathlib import Path
 from harness.instruments.progress import Progress, home_relative
 from harness.kubelet.versions import parse_release
 from harness.launch import gobuild
+from harness.spec import bundled
 
 REAL_KUBELET_MODULES = {
-    "1.36": "tests/go/kubernetes",  # k8s.io/kubernetes v1.36.3
-    "1.37": "tests/go/kubernetes-1.37",  # k8s.io/kubernetes v1.37.2
+    "1.36": "kubernetes",  # fixtures/go/kubernetes: k8s.io/kubernetes v1.36.3
+    "1.37": "kubernetes-1.37",  # fixtures/go/kubernetes-1.37: k8s.io/kubernetes v1.37.2
 }
 KUBERNETES = "k8s.io/kubernetes"
 KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
@@ -81,17 +82,15 @@ def newest_patch(minor: str, versions: list[str]) -> str | None:
 
 
 def committed_module(release: str) -> str | None:
-    """The committed module of a release, if any: "1.36" and "1.36.3" both name tests/go/kubernetes."""
+    """The committed module of a release, if any: "1.36" and "1.36.3" both name fixtures/go/kubernetes."""
     release = release.removeprefix("v")
     if release in REAL_KUBELET_MODULES:
         return REAL_KUBELET_MODULES[release]
     version = kube_version(release)
     if version is None:
         return None  # a minor without a module of its own: its newest patch may still be one (resolve)
-    from harness.spec.subjects import repo_root  # subjects imports much; only this lookup needs it
-
     for module in REAL_KUBELET_MODULES.values():
-        if gobuild.required_version(repo_root() / module / "go.mod", KUBERNETES) == version:
+        if gobuild.required_version(bundled.go_module(module) / "go.mod", KUBERNETES) == version:
             return module
     return None
 
