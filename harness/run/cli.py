@@ -15,6 +15,7 @@ import sys
 from types import FrameType
 
 EXIT_OK = 0
+EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
@@ -28,6 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     # grpc reads it once, at import: its core's INFO lines (a GOAWAY as a relay closes) stay off the output.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
+        from harness.spec.bundled import clash_message
+
+        clash = clash_message()
+        if clash is not None:
+            print(f"fakelet: error: {clash}", file=sys.stderr)
+            return EXIT_USAGE
+        if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+            from harness.run.version import version_line
+
+            print(version_line())  # without the commands' imports (grpc and the harness): a CI log's first line
+            return EXIT_OK
         from harness.run import commands
 
         code = commands.main(argv)

@@ -49,6 +49,7 @@ from harness.run import certify, explorecli, fidelity, matrix, provenance, scena
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
+from harness.run.version import VersionAction
 from harness.scenarios import library
 from harness.scenarios.check import DEFAULT_SUBJECT, ScenarioProblems, check_file, inventory_ids, world_problems
 from harness.scenarios.repro import write_repros
@@ -149,6 +150,8 @@ MAX_SESSION_S = 7 * 24 * 3600.0  # `up --for`: a week; longer is "until Ctrl-C",
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="fakelet", description="Conformance and fault-injection harness "
                                      "for Kubernetes device plugins and DRA drivers.")
+    parser.add_argument("--version", action=VersionAction, help="print fakelet's version, commit and check "
+                                                                 "catalog digest, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run conformance checks and write reports")
     _add_subject_flags(run, many=True)

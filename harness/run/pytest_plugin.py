@@ -42,6 +42,7 @@ from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import provenance, scheduler
 from harness.run.stopping import OrphanBackstop, StopSignals
+from harness.spec import bundled
 from harness.spec.checks import (
     KIND_REASON,
     NOT_APPLICABLE,
@@ -157,6 +158,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(progress.pin_real_stderr(spinner=False))
     config.addinivalue_line("markers", "fakelet_check(id, level, title): a fakelet conformance check")
     try:
+        clash = bundled.clash_message()
+        if clash is not None:
+            raise ProfileError(clash)
         run = run_from_options(config.option)
     except (ProfileError, ValueError) as err:
         if _given(config.option):

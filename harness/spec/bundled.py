@@ -108,3 +108,51 @@ def git_commit(root: Path) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"commit": head, "dirty": bool(dirty)}
+
+
+DISTRIBUTION = "fakelet"
+IMPORT_PACKAGES = ("harness", "suites", "reports", "fake_devices")  # the wheel's top level (pyproject.toml)
+
+
+def clashes(site: Path | None = None) -> list[str]:
+    """Other distributions installed beside fakelet that write one of its import packages, as
+    "'harness' from harness 0.1.0": pip lets the second one overwrite the first's files silently.
+
+    The design card fixes fakelet's top level, and PyPI has distributions named `harness` and
+    `reports`: installed into one environment, one breaks the other. Only the site directory
+    fakelet is installed in is read, and only each distribution's RECORD, so the check costs tens of
+    milliseconds at every start.
+    """
+    if site is None:
+        if not installed():
+            return []  # a checkout's own packages come first on sys.path
+        site = BUNDLE_DIR.parents[1]
+    from importlib import metadata
+
+    found = []
+    for dist in metadata.distributions(path=[str(site)]):
+        name = dist.metadata["Name"] or ""
+        if name.lower() == DISTRIBUTION:
+            continue
+        for package in sorted(_top_level(dist) & set(IMPORT_PACKAGES)):
+            found.append(f"{package!r} from {name} {dist.version}")
+    return sorted(found)
+
+
+def _top_level(dist: Any) -> set[str]:
+    # RECORD, not top_level.txt: that one is advisory (PyPI's `harness` 0.1.0 lists "validate" there and
+    # installs harness/); a distribution without a RECORD (installed by hand) has only top_level.txt.
+    record = dist.read_text("RECORD")
+    if record is None:
+        return set((dist.read_text("top_level.txt") or "").split())
+    return {line.split("/", 1)[0] for line in record.splitlines() if "/" in line.split(",", 1)[0]}
+
+
+def clash_message(site: Path | None = None) -> str | None:
+    """One line naming the clash and the fix, or None."""
+    found = clashes(site)
+    if not found:
+        return None
+    return (f"fakelet's import packages are also installed by other distributions in {site or BUNDLE_DIR.parents[1]}: "
+            f"{', '.join(found)}; one overwrote the other's files. Install fakelet in an environment of its own "
+            "(pipx install fakelet, or a venv)")
