@@ -71,10 +71,10 @@ STEPS: list[tuple[str, str, tuple[int, ...]]] = [
 # touch of the checkout. It writes with os.write on a descriptor opened once, outside the hook's reach.
 AUDIT_HOOK = """\
 import os, sys
-_root = os.environ.get("%(env)s")
+_root = os.environ.get("@ENV@")
 if _root:
     _root = _root.rstrip("/") + "/"
-    _log = os.open(os.path.join(os.environ["FAKELET_AUDIT_DIR"], "%(log)s"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    _log = os.open(os.path.join(os.environ["FAKELET_AUDIT_DIR"], "@LOG@"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     _events = {"open", "os.listdir", "os.scandir", "os.chdir", "os.mkdir", "os.remove", "os.rename"}
 
     def _hook(event, args):
@@ -88,7 +88,7 @@ if _root:
             os.write(_log, f"{os.getpid()} {event} {path} ({' '.join(sys.argv)[:200]})\\n".encode())
 
     sys.addaudithook(_hook)
-""" % {"env": FORBID_ENV, "log": AUDIT_LOG}
+""".replace("@ENV@", FORBID_ENV).replace("@LOG@", AUDIT_LOG)
 
 
 class CannotCheck(RuntimeError):
@@ -170,7 +170,7 @@ def run_hidden(steps: list[tuple[str, str, tuple[int, ...]]], empty: Path, env: 
 
 def control(empty: Path, env: dict[str, str], work: Path) -> None:
     """The check's own positive control: a listing of the checkout is logged, and finds it empty."""
-    probe = 'import os, sys; sys.exit(len(os.listdir(os.environ["%s"])))' % FORBID_ENV
+    probe = f'import os, sys; sys.exit(len(os.listdir(os.environ["{FORBID_ENV}"])))'
     result = run_hidden([("control", f"python -c '{probe}'", (0,))], empty, env)[0]
     log = work / AUDIT_LOG
     logged = log.read_text() if log.is_file() else ""
@@ -192,10 +192,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="fakelet-installed-"))
+    out = Path.cwd() / "reports-installed"  # the wheel, the main job's report and each step's outcome
     try:
         if REPO in work.parents:
             raise CannotCheck(f"the temporary directory {work} is inside the checkout; set TMPDIR elsewhere")
         wheel = sorted(args.dist.glob("fakelet-*.whl"))[-1] if args.dist else build_dists(work / "dist")
+        shutil.rmtree(out, ignore_errors=True)
+        (out / "dist").mkdir(parents=True)
+        shutil.copy2(wheel, out / "dist")  # tox -e installed hands it on to tools/ci_action_steps.sh
         venv = make_venv(work / "venv", wheel)
         empty = work / "empty"
         empty.mkdir()
@@ -205,10 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         results = run_hidden(steps, empty, env)
         log = work / AUDIT_LOG
         touched = log.read_text().splitlines() if log.is_file() else []
-        out = Path.cwd() / "reports-installed"  # the main job's report and each step's outcome, for a reader
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.copytree(empty / "main-report", out / "main-report", dirs_exist_ok=True) \
-            if (empty / "main-report").is_dir() else out.mkdir()
+        if (empty / "main-report").is_dir():
+            shutil.copytree(empty / "main-report", out / "main-report")
         (out / "steps.json").write_text(json.dumps({"steps": results, "checkout_access": touched}, indent=2))
     except (CannotCheck, subprocess.SubprocessError, OSError) as err:
         print(f"installed-check: cannot check: {err}", file=sys.stderr)
