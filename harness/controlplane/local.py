@@ -42,6 +42,7 @@ from pathlib import Path
 from harness.controlplane.base import ControlPlaneStartError, ControlPlaneUnavailable
 from harness.controlplane.client import ApiError, KubeClient, server_config
 from harness.controlplane.kubeconfig import write_kubeconfig
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.progress import Progress
 from harness.launch import gobuild
 from harness.launch.owners import owned_dir, remove_owned
@@ -115,7 +116,8 @@ def _from_path_or_assets(name: str) -> Path | None:
 def find_etcd() -> Path:
     etcd = _from_path_or_assets("etcd")
     if etcd is None:
-        raise ControlPlaneUnavailable(f"etcd not found on PATH or in $KUBEBUILDER_ASSETS ({ETCD_PACKAGE_HINT})")
+        raise ControlPlaneUnavailable(machine_lacks(f"etcd not found on PATH or in $KUBEBUILDER_ASSETS "
+                                                    f"({ETCD_PACKAGE_HINT})"))
     return etcd
 
 
@@ -144,12 +146,14 @@ def find_kube_binary(name: str, package: str, module_dir: str | None = None, why
     try:
         built = gobuild.build(module, package, name, why=why)
     except gobuild.GoUnavailable as err:
-        raise ControlPlaneUnavailable(f"{missing}, and cannot build it: {err}") from err
+        raise ControlPlaneUnavailable(machine_lacks(f"{missing}, and cannot build it: {err}")) from err
     except FileNotFoundError as err:
         raise ControlPlaneUnavailable(f"{missing}, and cannot build it: {err}") from err
     except (RuntimeError, subprocess.TimeoutExpired) as err:
         last = [line for line in str(err).splitlines() if line.strip()][-1:] or ["?"]
-        raise ControlPlaneUnavailable(f"{missing}, and building it from {module} failed: {last[0]}") from err
+        # Mostly the machine: the Go module proxy out of reach, a disk full, a build past its bound.
+        raise ControlPlaneUnavailable(machine_lacks(f"{missing}, and building it from {module} failed: {last[0]}")) \
+            from err
     match = re.search(r"^\s*require\s+k8s\.io/kubernetes\s+(v\S+)", (module / "go.mod").read_text(), re.M)
     return built, match.group(1) if match else None
 

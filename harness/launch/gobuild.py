@@ -18,12 +18,18 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.progress import Progress, home_relative
 from harness.launch.owners import start_time
 from harness.launch.process import die_with_parent
 
 BUILD_TIMEOUT_S = 1200  # a cold k8s.io/kubernetes build on 2 cores takes minutes
 WAIT_QUIET_S = 2.0  # another process finishing the same build this soon is not worth a word
+# The newest `go` line of fakelet's own wrapper modules (fixtures/go/*/go.mod): builds run with the toolchain
+# on PATH (no GOTOOLCHAIN download), so an older go refuses them. tests/test_doctor.py keeps it in step.
+GO_MINIMUM = "1.26"
+GO_DOWNLOAD = "https://go.dev/dl"
+GO_FIX = f"install Go {GO_MINIMUM}+ ({GO_DOWNLOAD}) or put go on PATH"
 
 
 class GoUnavailable(RuntimeError):
@@ -51,7 +57,7 @@ def _module_hash(module_dir: Path, package: str) -> str:
 def go_binary() -> str:
     go = shutil.which("go")
     if go is None:
-        raise GoUnavailable("go toolchain not found on PATH")
+        raise GoUnavailable(machine_lacks(f"go toolchain not found on PATH: {GO_FIX}"))
     return go
 
 

@@ -46,6 +46,8 @@ from harness.launch.reaper import reap
 from harness.node.real.localnode import find_kubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import certify, explorecli, fidelity, matrix, provenance, scenariocli, scheduler, shards
+from harness.run import doctor as doctorcli
+from harness.run import prebuild as prebuildcli
 from harness.run.session import Session
 from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
@@ -61,6 +63,7 @@ from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
 from harness.world.env import SubjectUnavailable
 from reports.model import EXIT_CODES, NOT_CONFORMANT, SubjectReport, run_status
+from reports.stepsummary import append_step_summary
 from reports.writers import write_all, write_index
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
@@ -280,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("checks", help="list the conformance checks")
     certify.add_parsers(sub)
     explorecli.add_parser(sub, _add_subject_flags, _add_one_off_flags, _add_world_flags)
+    doctorcli.add_parser(sub)
+    prebuildcli.add_parser(sub)
     return parser
 
 
@@ -680,6 +685,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     status = run_status(reports)
+    append_step_summary(reports, out)  # the CI job page's summary, when $GITHUB_STEP_SUMMARY names a file
     if len(reports) > 1:
         print(f"\nrun: {status}")
     print(f"\nreports: {out}/")
@@ -956,6 +962,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for report in merged:
         print_report(report)
     status = run_status(merged)
+    append_step_summary(merged, out, "merge")
     print(f"\nmerged {len(given)} shards: {status}\nreports: {out}/")
     return EXIT_CODES[status]
 
@@ -1070,6 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_explore(args)
         if args.command in certify.COMMANDS:
             return certify.main(args)
+        if args.command in ("doctor", "prebuild"):
+            return (doctorcli if args.command == "doctor" else prebuildcli).main(args)
         return cmd_run(args)
     except (UsageError, ProfileError, ValueError) as err:
         print(f"fakelet: error: {err}", file=sys.stderr)

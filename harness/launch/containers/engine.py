@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from inotify_simple import INotify
 from inotify_simple import flags as IN
 
+from harness.instruments.doctor import machine_lacks
 from harness.launch.owners import PREFIX, claim, owner_tag, tag_alive
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ def client(timeout_s: float = API_TIMEOUT_S) -> docker.DockerClient:
     address = host()
     sock = _socket_path(address)
     if sock is not None and not sock.exists():
-        raise EngineUnavailable(f"no Docker engine at {address} (no such socket); start dockerd "
-                                f"(Debian: apt-get install docker.io) or set {DOCKER_HOST_ENV}")
+        raise EngineUnavailable(machine_lacks(f"no Docker engine at {address} (no such socket); start dockerd "
+                                              f"(Debian: apt-get install docker.io) or set {DOCKER_HOST_ENV}"))
     import docker
     from docker.errors import DockerException
 
@@ -72,7 +73,7 @@ def client(timeout_s: float = API_TIMEOUT_S) -> docker.DockerClient:
         found = docker.DockerClient(base_url=address, timeout=int(timeout_s))
         found.ping()
     except (DockerException, OSError) as err:
-        raise EngineUnavailable(f"the Docker engine at {address} does not answer: {err}") from None
+        raise EngineUnavailable(machine_lacks(f"the Docker engine at {address} does not answer: {err}")) from None
     return found
 
 
@@ -83,7 +84,7 @@ def unavailable() -> str | None:
     except EngineUnavailable as err:
         return str(err)
     except ImportError as err:
-        return f"the docker Python package is missing ({err})"
+        return machine_lacks(f"the docker Python package is missing ({err})")
     return None
 
 

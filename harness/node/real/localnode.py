@@ -43,6 +43,7 @@ from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.client import KubeClient
 from harness.controlplane.local import _free_port as free_port
 from harness.controlplane.local import find_kube_binary
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.faults import FaultPlan
 from harness.instruments.progress import Progress
 from harness.instruments.timeline import Timeline
@@ -112,16 +113,28 @@ class RealNodeUnavailable(RuntimeError):
 
 def unavailable() -> str | None:
     """Why a real kubelet cannot run here, in one line, or None."""
+    why = _lacking()
+    return machine_lacks(why) if why is not None else None
+
+
+def _lacking() -> str | None:
     if os.geteuid() != 0:
         return "the real kubelet needs root (it mounts, creates cgroups and device nodes)"
-    for tool, package in TOOLS.items():
-        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
-            return f"{tool} not found ({package})"
+    missing = missing_tools()
+    if missing:
+        tool, package = missing[0]
+        return f"{tool} not found ({package})"
     try:
         image.find_busybox()
     except image.ImageError as err:
         return str(err)
     return None
+
+
+def missing_tools() -> list[tuple[str, str]]:
+    """The real node's tools this machine lacks, with the package of each (`fakelet doctor` lists them all)."""
+    return [(tool, package) for tool, package in TOOLS.items()
+            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
 
 
 def find_kubelet(release: str | None = None) -> tuple[Path, str | None]:
