@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.instruments.doctor import machine_lacks
-from harness.instruments.progress import Progress, home_relative
+from harness.instruments.progress import Progress, elapsed_text, home_relative
 from harness.launch.owners import start_time
 from harness.launch.process import die_with_parent
 
@@ -31,6 +31,26 @@ GO_MINIMUM = "1.26"
 GO_DOWNLOAD = "https://go.dev/dl"
 GO_FIX = f"install Go {GO_MINIMUM}+ ({GO_DOWNLOAD}) or put go on PATH"
 
+
+# Wall time of one build into an empty fakelet cache on this project's 2-core machine, 2026-11-28, at a load of
+# 3 to 6 (the first `tox -e conformance` run, then `fakelet prebuild --all --kubelet-version 1.37`, beside other
+# test runs). The first kube build of a release also fills Go's module and build caches (~/go/pkg/mod,
+# ~/.cache/go-build), and the kube builds after it share most of its packages: FIRST_KUBE_BUILD_S is what the
+# first costs, COLD_BUILD_S what each costs after it. A binary without a figure was not measured.
+FIRST_KUBE_BUILD_S: dict[str, int] = {
+    "kube-apiserver": 403,  # 6m43s: v1.36.3 with empty Go module and build caches
+    "kubelet": 509,  # 8m29s: v1.37.2, the first build of 1.37 (its modules downloaded), after 1.36's
+}
+COLD_BUILD_S: dict[str, int] = {
+    "kube-controller-manager": 119,  # 1m59s, right after kube-apiserver
+    "kube-scheduler": 18,  # after those two
+    "kubelet": 55,  # v1.36.3, after those three
+    "dra-test-driver": 13,  # k8s.io/kubernetes/test/e2e/dra/test-driver, after the kube binaries
+    "kind": 11,  # v0.33.0, after the kube binaries
+    "dra-example-kubeletplugin": 256,  # 4m16s: v0.4.0 on the k8s.io v0.36.2 modules, not the kube binaries'
+    "nvmldra": 240,  # 4m00s: the same k8s.io modules, but cgo: nothing of the static builds' Go cache is reused
+    "nvmlplugin": 28,  # cgo, after nvmldra
+}
 
 class GoUnavailable(RuntimeError):
     """No usable Go toolchain: callers turn this into a skip with this text."""
@@ -112,7 +132,7 @@ def build(module_dir: Path, package: str = ".", name: str | None = None, get: st
         if out.is_file() and os.access(out, os.X_OK):
             return out
         _remove_dead_temps(out)
-        with Progress(title, detail=_build_detail(module_dir, package, get, why)):
+        with Progress(title, detail=_build_detail(module_dir, package, name, get, why)):
             return _build_to(out, module_dir, package, get, cgo)
 
 
@@ -138,12 +158,21 @@ def _remove_dead_temps(out: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def _build_detail(module_dir: Path, package: str, get: str | None, why: str) -> str:
-    """Why the build runs, where its code comes from, and that it happens once."""
+def _build_detail(module_dir: Path, package: str, name: str, get: str | None, why: str) -> str:
+    """Why the build runs, where its code comes from, what it costs, and that it happens once."""
     local = package == "." and not get
     source = f"{module_path(module_dir / 'go.mod') or module_dir.name} and the Go module proxy" if local \
         else "the Go module proxy"
-    return f"{' ' + why if why else ''}, from {source} (first use; cached afterwards in {home_relative(cache_dir())})"
+    cost = worst_cost(name)
+    took = f"; about {elapsed_text(cost)} on 2 cores with Go's caches cold" if cost else ""
+    return (f"{' ' + why if why else ''}, from {source} (first use{took}; cached afterwards in "
+            f"{home_relative(cache_dir())})")
+
+
+def worst_cost(name: str) -> int | None:
+    """What building `name` took at most as measured (the first kube build of a release fills Go's caches)."""
+    found = [c for c in (FIRST_KUBE_BUILD_S.get(name), COLD_BUILD_S.get(name)) if c is not None]
+    return max(found) if found else None
 
 
 def _lock(lock: IO[str], title: str) -> None:

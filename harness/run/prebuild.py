@@ -46,25 +46,9 @@ from harness.spec.subjects import SubjectSpec, load_subject, load_subject_file, 
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
-# Wall time of one build into an empty fakelet cache on this project's 2-core machine, 2026-11-28, at a load of
-# 3 to 6 (the first `tox -e conformance` run, then `fakelet prebuild --all --kubelet-version 1.37`, beside other
-# test runs). The first kube build of a release also fills Go's module and build caches (~/go/pkg/mod,
-# ~/.cache/go-build), and the kube builds after it share most of its packages: FIRST_KUBE_BUILD_S is what the
-# first costs, COLD_BUILD_S what each costs after it. A binary without a figure was not measured.
-FIRST_KUBE_BUILD_S: dict[str, int] = {
-    "kube-apiserver": 403,  # 6m43s: v1.36.3 with empty Go module and build caches
-    "kubelet": 509,  # 8m29s: v1.37.2, the first build of 1.37 (its modules downloaded), after 1.36's
-}
-COLD_BUILD_S: dict[str, int] = {
-    "kube-controller-manager": 119,  # 1m59s, right after kube-apiserver
-    "kube-scheduler": 18,  # after those two
-    "kubelet": 55,  # v1.36.3, after those three
-    "dra-test-driver": 13,  # k8s.io/kubernetes/test/e2e/dra/test-driver, after the kube binaries
-    "kind": 11,  # v0.33.0, after the kube binaries
-    "dra-example-kubeletplugin": 256,  # 4m16s: v0.4.0 on the k8s.io v0.36.2 modules, not the kube binaries'
-    "nvmldra": 240,  # 4m00s: the same k8s.io modules, but cgo: nothing of the static builds' Go cache is reused
-    "nvmlplugin": 28,  # cgo, after nvmldra
-}
+# The measured cost of each build: harness/launch/gobuild.py, which says it as a build starts.
+FIRST_KUBE_BUILD_S = gobuild.FIRST_KUBE_BUILD_S
+COLD_BUILD_S = gobuild.COLD_BUILD_S
 CACHE_ENV = "FAKELET_CACHE"  # harness/launch/gobuild.py cache_root()
 PLAN_WIDTH = 40  # the title column of the plan
 
