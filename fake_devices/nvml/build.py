@@ -16,6 +16,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.progress import Progress, home_relative
 
 SOURCE = Path(__file__).resolve().parent / "libnvml.c"
@@ -52,7 +53,7 @@ def library() -> Path:
         return target
     cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if cc is None:
-        raise NvmlBuildError("no C compiler (cc) to build the fake NVML library: apt-get install -y gcc")
+        raise NvmlBuildError(machine_lacks("no C compiler (cc) to build the fake NVML library: apt-get install -y gcc"))
     target.parent.mkdir(parents=True, exist_ok=True)
     # Built beside the target's dir (same file system) and renamed into place: concurrent first uses
     # never see half a file, and the target's dir only ever holds the library, so a mount namespace can

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.progress import Progress, home_relative
 from harness.kubelet.versions import parse_release
 from harness.launch import gobuild
@@ -114,7 +115,8 @@ def list_versions(now: Callable[[], float] = time.time) -> list[str]:
     if proc.returncode != 0:
         if stale is not None:
             return stale
-        raise ReleaseUnavailable(f"the Go module proxy did not list {KUBERNETES}'s releases: {_last(proc.stderr)}")
+        raise ReleaseUnavailable(machine_lacks(f"the Go module proxy did not list {KUBERNETES}'s releases: "
+                                               f"{_last(proc.stderr)}"))
     versions = proc.stdout.split()[1:]  # "k8s.io/kubernetes v1.13.0 v1.13.1 ..."
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f"{cache.name}.tmp{os.getpid()}")
@@ -232,7 +234,8 @@ def _go(args: list[str], cwd: Path, timeout_s: float) -> subprocess.CompletedPro
     try:
         return gobuild.run_go(args, cwd, timeout_s)
     except (gobuild.GoUnavailable, RuntimeError) as err:
-        raise ReleaseUnavailable(f"cannot ask the Go module proxy for {KUBERNETES}: {_last(str(err))}") from None
+        raise ReleaseUnavailable(machine_lacks(f"cannot ask the Go module proxy for {KUBERNETES}: "
+                                               f"{_last(str(err))}")) from None
 
 
 def _last(text: str) -> str:
