@@ -54,8 +54,9 @@ STEPS: list[tuple[str, str, tuple[int, ...]]] = [
     ("skin nvml", "fakelet run --subject reference-dp --skin nvml --check DP-HLT-01 --out skin-nvml", (0,)),
     ("skin drm", "fakelet run --subject reference-dp --skin drm --check DP-HLT-01 --out skin-drm", (0,)),
     ("upstream subject", "fakelet run --subject sample-device-plugin --check DP-REG-01 --out upstream", (0,)),
-    ("scenario", "fakelet scenario run dp-device-unhealthy-at-start-never-republished --case all --node fake"
-                 " --out scenario", (0,)),
+    # The file's mutant case, promised "reproduced": the case that proves the engine can see the bug.
+    ("scenario", "fakelet scenario run dp-device-unhealthy-at-start-never-republished"
+                 " --case reference-dp/stuck-unhealthy --out scenario", (0,)),
     # A planted bug found, shrunk and replayed: exit 1 is the finding (docs/explore.md).
     ("explore", "fakelet explore --subject reference-dp --defect no-reregister --rules kubelet-restart,"
                 "plugin-restart,device-fail,pod-admitted --budget 45s --seed 1 --reaction-bound 6 --out explore",
