@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -211,3 +212,26 @@ def _check_modules() -> dict[str, str]:
     for package in SUITES.values():
         catalog(package)
     return CHECK_MODULES
+
+
+@contextlib.contextmanager
+def docker_engine_host() -> Iterator[str]:
+    """The user's Docker engine if one answers, else a private dockerd for as long as the block runs
+    (a skip with the reason when neither can be had)."""
+    from harness.launch.containers import engine
+    from harness.launch.containers.engine import EngineUnavailable, PrivateEngine
+
+    if engine.unavailable() is None:
+        yield engine.host()
+        return
+    why = PrivateEngine.unavailable()
+    if why is not None:
+        pytest.skip(f"no Docker engine: {why}")
+    try:
+        private = PrivateEngine().start()
+    except EngineUnavailable as err:
+        pytest.fail(f"dockerd is installed but did not start: {err}")
+    try:
+        yield private.host
+    finally:
+        private.stop()

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import docker
 import pytest
+from conftest import docker_engine_host
 
 from harness.config.runconfig import RunConfig
 from harness.launch.containers import engine, images
-from harness.launch.containers.engine import OWNER_LABEL, SUBJECT_LABEL, EngineUnavailable, PrivateEngine
+from harness.launch.containers.engine import OWNER_LABEL, SUBJECT_LABEL
 from harness.node.real.image import ImageError, find_busybox
 from harness.world.env import SubjectUnavailable
 
@@ -40,20 +41,8 @@ SUBJECTS = ["sample-device-plugin", "dra-example-driver"]
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[str]:
     """The user's Docker engine if one answers, else a private dockerd for this test process."""
-    if engine.unavailable() is None:
-        yield engine.host()
-        return
-    why = PrivateEngine.unavailable()
-    if why is not None:
-        pytest.skip(f"no Docker engine: {why}")
-    try:
-        private = PrivateEngine().start()
-    except EngineUnavailable as err:
-        pytest.fail(f"dockerd is installed but did not start: {err}")
-    try:
-        yield private.host
-    finally:
-        private.stop()
+    with docker_engine_host() as host:
+        yield host
 
 
 def _fakelet(tmp: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -23,9 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from harness.launch.containers import engine
-from harness.launch.containers.engine import EngineUnavailable, PrivateEngine
+from conftest import docker_engine_host
 
 pytestmark = pytest.mark.image
 
@@ -103,20 +101,8 @@ def image_engine() -> Iterator[str]:
     why = _cannot_build()
     if why is not None:
         pytest.skip(why)
-    if engine.unavailable() is None:
-        yield engine.host()
-        return
-    why = PrivateEngine.unavailable()
-    if why is not None:
-        pytest.skip(f"no Docker engine: {why}")
-    try:
-        private = PrivateEngine().start()
-    except EngineUnavailable as err:
-        pytest.fail(f"dockerd is installed but did not start: {err}")
-    try:
-        yield private.host
-    finally:
-        private.stop()
+    with docker_engine_host() as host:
+        yield host
 
 
 def _docker(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
