@@ -2,7 +2,7 @@
 
 Created 0700 under the temp dir with a recognisable prefix (so a reaper can
 find leftovers of a crashed run) and a short path (unix socket paths are
-limited to 107 bytes). `close()` removes it, whatever happened.
+limited to 107 bytes: SOCKET_PATH_MAX). `close()` removes it, whatever happened.
 """
 
 from __future__ import annotations
@@ -22,16 +22,24 @@ CDI_DIR_NAME = "cdi"  # stands in for /var/run/cdi, where drivers write CDI spec
 # getPluginsDir(); pluginwatcher's own MkdirAll(0755) then finds it already there.
 KUBELET_PLUGIN_DIRS_MODE = 0o750
 CDI_DIR_MODE = 0o755  # container-device-interface v1.1.0 pkg/cdi spec.go write(): os.MkdirAll(dir, 0o755)
-SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+UNIX_PATH_MAX = 108  # linux/un.h: sizeof(sockaddr_un.sun_path), the terminating NUL included
+SOCKET_PATH_MAX = UNIX_PATH_MAX - 1  # the longest path a socket can be bound or dialed at
+SANDBOX_NAME_CHARS = 8  # owners.owned_dir's secrets.token_hex(4) after the prefix
 
 
 SOCKET_NAME_ROOM = 32  # room left for a plugin's own socket file name
 
 
+def longest_path(base: str | None = None) -> Path:
+    """A sandbox's path under `base` (default the temp dir), as long as any can be: what `fakelet scenario
+    check` measures socket paths against before a run has made its sandbox."""
+    return Path(base or tempfile.gettempdir()) / f"{SANDBOX_PREFIX}{'f' * SANDBOX_NAME_CHARS}"
+
+
 def check_base(base: str | None = None) -> None:
     """Fail early, and say why, when sandboxes under `base` could not hold a unix socket."""
     base = base or tempfile.gettempdir()
-    longest = len(os.path.join(base, SANDBOX_PREFIX + "x" * 8, "kubelet", PLUGIN_DIR_NAME, "")) + SOCKET_NAME_ROOM
+    longest = len(os.path.join(longest_path(base), "kubelet", PLUGIN_DIR_NAME, "")) + SOCKET_NAME_ROOM
     if longest > SOCKET_PATH_MAX:
         raise ValueError(f"temp dir {base!r} is too long for unix socket paths ({longest} > {SOCKET_PATH_MAX} "
                          "bytes); set TMPDIR to a shorter directory such as /tmp")

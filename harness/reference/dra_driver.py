@@ -27,6 +27,7 @@ endpoint.go) and adds what a careful driver does on top:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import logging
 import math
@@ -52,6 +53,7 @@ from inotify_simple import flags as IN
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.taints import RULE_VERSIONS, rule_matches
 from harness.instruments.grpcutil import unix_target
+from harness.launch.sandbox import SOCKET_PATH_MAX
 from harness.reference import cdi
 from harness.reference.dra_checkpoint import Checkpoint
 from harness.reference.dra_defects import DRA_DEFECTS
@@ -83,16 +85,38 @@ REG_SOCKET_SUFFIX = "-reg.sock"  # kubeletplugin draplugin.go Start: o.driverNam
 DRA_SOCKET = "dra.sock"  # kubeletplugin draplugin.go Start: "dra" + uidPart + ".sock"
 
 
-def socket_names(driver: str, pod_uid: str = "") -> tuple[str, str]:
+UID_DIGEST_CHARS = 12  # hex digits of a UID's SHA-256 that stand for it in a socket name too long with it
+
+
+def socket_names(driver: str, pod_uid: str = "", registry_dir: Path | str | None = None,
+                 plugin_dir: Path | str | None = None) -> tuple[str, str]:
     """(registration, endpoint) socket names: kubeletplugin draplugin.go Start's, where uidPart is "-" + the pod's
-    UID under RollingUpdate(uid), so that two instances of a rolling update never take each other's sockets."""
-    uid_part = f"-{pod_uid}" if pod_uid else ""
-    return f"{driver}{uid_part}{REG_SOCKET_SUFFIX}", f"{DRA_SOCKET.removesuffix('.sock')}{uid_part}.sock"
+    UID under RollingUpdate(uid), so that two instances of a rolling update never take each other's sockets.
+
+    Upstream's directories are /var/lib/kubelet's, where a 36-character pod UID fits; a sandbox's are longer,
+    and `<driver>-<UID>-reg.sock` under one comes to about 116 bytes, past the SOCKET_PATH_MAX a unix socket
+    address holds. When a name would not fit under the directories given, its UID part is the first
+    UID_DIGEST_CHARS hex digits of the UID's SHA-256 instead: still one name per UID, and the same name each
+    time, so a restarted instance of the same pod finds its own sockets."""
+    def named(part: str) -> tuple[str, str]:
+        uid_part = f"-{part}" if part else ""
+        return f"{driver}{uid_part}{REG_SOCKET_SUFFIX}", f"{DRA_SOCKET.removesuffix('.sock')}{uid_part}.sock"
+
+    names = named(pod_uid)
+    if pod_uid and not _fit(names, registry_dir, plugin_dir):
+        names = named(hashlib.sha256(pod_uid.encode()).hexdigest()[:UID_DIGEST_CHARS])
+    return names
+
+
+def _fit(names: tuple[str, str], registry_dir: Path | str | None, plugin_dir: Path | str | None) -> bool:
+    paths = [os.path.join(d, n) for d, n in zip((registry_dir, plugin_dir), names, strict=True) if d is not None]
+    return all(len(p) <= SOCKET_PATH_MAX for p in paths)
+
+
 KUBELET_HEALTH_TIMEOUT_S = 30.0  # kubelet cm/dra/healthinfo.go DefaultHealthTimeout
 # Declared per device (health_check_timeout_seconds): three refresh periods, so
 # one late message never makes the kubelet call a device Unknown.
 HEALTH_TIMEOUT_PERIODS = 3
-SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) = 108 on Linux, minus the NUL
 CDI_CLASS = "gpu"
 # Taint keys under the driver's own domain (a taint key is a qualified name, like a label key).
 TAINT_UNHEALTHY, TAINT_TEMPERATURE = "unhealthy", "temperature"
@@ -262,13 +286,13 @@ class ReferenceDriver:
         self.registry_dir = Path(os.path.abspath(args.registry_dir))
         self.cdi_dir = Path(os.path.abspath(args.cdi_dir))
         self.state_dir = Path(os.path.abspath(args.state_dir))
-        reg_name, dra_name = socket_names(self.driver, args.pod_uid)
+        reg_name, dra_name = socket_names(self.driver, args.pod_uid, self.registry_dir, self.plugin_dir)
         self.dra_socket = self.plugin_dir / dra_name
         self.reg_socket = self.registry_dir / reg_name
         for path in (self.dra_socket, self.reg_socket):
-            if len(str(path)) > SUN_PATH_MAX:
+            if len(str(path)) > SOCKET_PATH_MAX:
                 raise ValueError(f"socket path {path} is {len(str(path))} bytes, longer than the "
-                                 f"{SUN_PATH_MAX} a unix socket address holds")
+                                 f"{SOCKET_PATH_MAX} a unix socket address holds")
         self.source = DraSysfsSource(Path(args.sysfs_root))
         self.threshold_c, self.hysteresis_c = args.temp_threshold_c, args.temp_hysteresis_c
         self.refresh_s: float = args.health_refresh_s

@@ -21,7 +21,9 @@ from harness.scenarios.schema import INCONCLUSIVE, Case, Scenario
 from harness.spec.subjects import ProfileError
 from reports.model import SubjectReport
 
-KEPT, BROKEN, SKIPPED = "kept", "BROKEN", "skipped"
+# A case's result. Inconclusive (it ran and its outcome was inconclusive: a step could not run, a precondition
+# never held) is neither kept nor broken, on either node, and so is skipped (it could not run here at all).
+KEPT, BROKEN, SKIPPED, UNJUDGED = "kept", "BROKEN", "skipped", "inconclusive"
 EXIT_KEPT, EXIT_BROKEN, EXIT_USAGE, EXIT_UNJUDGED = 0, 1, 2, 3  # 3: as an inconclusive scenario's
 # The flags a case sets itself: with --case they would silently run something other than the promise.
 CASE_FLAGS = (("subject", "--subject"), ("subject_file", "--subject-file"), ("plugin_cmd", "--plugin-cmd"),
@@ -118,7 +120,7 @@ class CaseRow:
     name: str
     promised: str
     got: str
-    status: str  # KEPT, BROKEN or SKIPPED
+    status: str  # KEPT, BROKEN, SKIPPED or UNJUDGED
     why: str = ""
     report: str = ""
 
@@ -128,7 +130,7 @@ RunOne = Callable[[argparse.Namespace, Path], SubjectReport]
 
 def run_cases(args: argparse.Namespace, scenario: Scenario, out: Path, run_one: RunOne) -> int:
     """Each selected case as its own run (out/cases/NN-NAME/), then the table of promises: exit 1 when one is
-    broken, 3 when none is but some could not run here, 0 when every one ran and held."""
+    broken, 3 when none is but some could not run here or ended inconclusive, 0 when every one ran and held."""
     check_case_flags(args)
     picked = select_cases(scenario, args.case, args.node)
     rows: list[CaseRow] = []
@@ -137,11 +139,10 @@ def run_cases(args: argparse.Namespace, scenario: Scenario, out: Path, run_one: 
         print(f"\n== case {number}: {name}: promised {case.verdict}", flush=True)
         rows.append(_run_case(args, scenario, case, number, name, out, run_one))
     _write_table(scenario, rows, out)
-    broken = [r for r in rows if r.status == BROKEN]
-    skipped = [r for r in rows if r.status == SKIPPED]
-    print(f"\npromises: {len(rows) - len(broken) - len(skipped)} kept, {len(broken)} broken, {len(skipped)} "
-          f"skipped (could not run here)\nreports: {out}/")
-    return EXIT_BROKEN if broken else EXIT_UNJUDGED if skipped else EXIT_KEPT
+    count = {status: sum(r.status == status for r in rows) for status in (KEPT, BROKEN, SKIPPED, UNJUDGED)}
+    print(f"\npromises: {count[KEPT]} kept, {count[BROKEN]} broken, {count[SKIPPED]} skipped, {count[UNJUDGED]} "
+          f"inconclusive (skipped: could not run here; inconclusive: ran, and gave no verdict)\nreports: {out}/")
+    return EXIT_BROKEN if count[BROKEN] else EXIT_UNJUDGED if count[SKIPPED] or count[UNJUDGED] else EXIT_KEPT
 
 
 def _run_case(args: argparse.Namespace, scenario: Scenario, case: Case, number: int, name: str, out: Path,
@@ -169,10 +170,12 @@ def _run_case(args: argparse.Namespace, scenario: Scenario, case: Case, number: 
     if report.interrupted:
         raise KeyboardInterrupt
     check = report.checks[0] if report.checks else None
-    if row.got == INCONCLUSIVE and case.verdict != INCONCLUSIVE and check is not None and \
-            (check.install or case.node == "real"):
-        # Not the subject's doing: a part this machine lacks (an API server, the real node's tools).
-        row.why = (check.detail.splitlines() or [""])[0]
+    if row.got == INCONCLUSIVE and case.verdict != INCONCLUSIVE:
+        # No verdict, on either node: a part this machine lacks (an API server: it could not run here, skipped),
+        # or a step that could not run or a precondition that never held (inconclusive). Neither keeps the
+        # promise nor breaks it.
+        row.status = SKIPPED if check is not None and check.install else UNJUDGED
+        row.why = (check.detail.splitlines() or [""])[0] if check is not None else ""
         return row
     row.status = KEPT if row.got == case.verdict else BROKEN
     if row.status == BROKEN and check is not None:

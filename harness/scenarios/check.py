@@ -12,14 +12,17 @@ the first; `fakelet scenario run` runs the same check and refuses to start on an
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from harness.instruments.userinput import escape_controls
 from harness.kubelet.versions import KUBELET_VERSIONS
+from harness.launch.sandbox import longest_path
 from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.scenarios.schema import Case, Scenario, _line_of, examine
+from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import DEVICE_OPS, NVML_CONTROLS, SCRIPTS, chosen
 from harness.spec.subjects import PLACEHOLDERS, ProfileError, SubjectSpec, all_subjects, load_yaml, render
@@ -165,6 +168,7 @@ def _step_problems(scenario: Scenario, subjects: list[SubjectSpec], where: Any) 
     for step in scenario.steps:
         path = f"steps[{step.index}]"
         problems += _placeholders(step, scenario.kind, path, where)
+        problems += _socket_lengths(step, subjects, path, where)
         for field, ref in _device_refs(step):
             problems += _device(ref, inventories, pods, where(f"{path}.{field}"))
         for field, pod in _pod_refs(step):
@@ -256,6 +260,32 @@ def _placeholders(step: Step, kind: str, path: str, where: Any) -> list[str]:
         if found:
             problems.append(f"{where(f'{path}.{field}')}: {found.group(0)} is never filled in here (placeholders "
                             "are filled in a rolling update's args only): it would reach the run as text")
+    return problems
+
+
+def _socket_lengths(step: Step, subjects: list[SubjectSpec], path: str, where: Any) -> list[str]:
+    """A rolling update's args rendered against the longest sandbox this machine makes: a socket path one makes
+    that a unix socket address cannot hold is refused here, with its length, rather than met as a new instance
+    that exits at start (sockets.py)."""
+    if step.action != "plugin" or step.arg != "rolling-update":
+        return []
+    problems = []
+    sandbox = longest_path()
+    for spec in subjects:
+        dirs = dirs_under(sandbox, spec)
+        values = {name: f"<{name}>" for name in PLACEHOLDERS[spec.kind]}
+        values.update(sandbox=str(sandbox), plugin_dir=dirs.plugin_dir, registry_dir=dirs.registry_dir,
+                      plugins_dir=os.path.dirname(dirs.driver_dir), driver=spec.driver or spec.resource,
+                      kubelet_socket=os.path.join(dirs.plugin_dir, "kubelet.sock"))
+        args = []
+        for n, template in enumerate(step.options.get("args", [])):
+            try:
+                args.append(render(str(template), values, where(f"{path}.args[{n}]")))
+            except ProfileError:
+                return problems  # _placeholders reports it
+        whose = f" (subject {spec.name}, sandbox {sandbox.parent}/)" if len(subjects) > 1 else \
+            f" (sandbox {sandbox.parent}/)"
+        problems += [f"{where(f'{path}.args[{o.index}]')}: {o.describe()}{whose}" for o in overflows(spec, args, dirs)]
     return problems
 
 

@@ -269,11 +269,23 @@ class Conditions:
         pod = self.stage._pod(want["name"])
         phase, reason = self._phase(pod)
         ok = want.get("phase", phase) == phase and want.get("reason", "") in reason
-        return ok, f"pod {pod.name} {phase}{f' ({reason[:160]})' if reason else ''}"
+        gave_up = f"; its create step: {pod.created}" if pod.created else ""
+        return ok, f"pod {pod.name}: {self._phase_words(phase, reason)}{gave_up}"
+
+    def phase_of(self, pod: Any) -> str:
+        """The pod's phase as the node reports it, in words (the narration's, and a condition's)."""
+        return self._phase_words(*self._phase(pod))
+
+    def _phase_words(self, phase: str, reason: str) -> str:
+        if not phase:
+            return "on no node (no kubelet holds it)"
+        whose = "the fake kubelet reports" if isinstance(self.env.node, FakeNode) else "the node reports"
+        return f"phase {phase}{f' ({reason[:160]})' if reason else ''}, as {whose} it"
 
     def _phase(self, pod: Any) -> tuple[str, str]:
-        node = self.env.node
-        if not self.stage.is_dra and not isinstance(node, FakeNode) and pod.phase != "Failed":
+        """(phase, reason) as the node holds it: a real node's Pod as the API server shows it; the fake DRA
+        kubelet's pod worker; the fake device-plugin kubelet's own record of the pod."""
+        if not isinstance(self.env.node, FakeNode):
             return self._real_phase(pod)
         if not self.stage.is_dra or not pod.key:
             return pod.phase, pod.reason
@@ -287,15 +299,23 @@ class Conditions:
 
     def _real_phase(self, pod: Any) -> tuple[str, str]:
         """A real node's Pod as the API server last showed it (its `node.pod` events): the kubelet, not
-        fakelet, decides whether a running pod is killed after a restart."""
-        name = self.env.node.pod_name(pod.key)  # type: ignore[union-attr]
-        events = [e for e in self.env.timeline.events(kind="node.pod") if name and e.get("pod") == name]
-        if not events:
+        fakelet, decides whether a pod runs, waits or is killed. The reason is the Pod's, else its containers'
+        waiting reasons (ContainerCreating, CreateContainerError), as `kubectl get pod` shows them."""
+        node: Any = self.env.node
+        uid = (pod.key if self.stage.is_dra else node.pod_uid(pod.key)) if pod.key else None
+        timeline = self.env.timeline
+        shown = [e for e in timeline.events(kind="node.pod") if uid and e.get("pod_uid") == uid]
+        if not shown:
             return pod.phase, pod.reason
-        last = events[-1]
+        last = shown[-1]
         if last.get("change") == "DELETED":
             return "Deleted", ""
-        reason = " ".join(str(x) for x in (last.get("reason"), last.get("message")) if x)
+        if any(e.get("pod_uid") == uid for e in timeline.events(kind="pod.killing")):
+            return "Terminating", ""  # being deleted: its phase stays what it was until the kubelet is done
+        waiting = [str(((c.get("state") or {}).get("waiting") or {}).get("reason") or "")
+                   for c in last.get("containers") or []]
+        reason = " ".join(str(x) for x in (last.get("reason"), last.get("message")) if x) or \
+            ", ".join(w for w in waiting if w)
         return str(last.get("phase") or "Pending"), reason
 
     def _pod_devices(self, want: dict[str, Any]) -> tuple[bool, str]:

@@ -113,10 +113,12 @@ class KubeletSteps(StageState):
             try:
                 fake.admit_pod(pod.key, {self.env.spec.resource: pod.devices})
             except AdmissionError as err:
+                # The phase the kubelet gives a pod it refuses at admission; the refusal is the step's outcome.
                 pod.phase, pod.reason = "Failed", f"{UNEXPECTED_ADMISSION}: {err}"
-                self.tell(f"pod {pod.name} re-admitted by the new kubelet: Failed, {pod.reason}")
+                self.tell(f"pod {pod.name}: refused at re-admission by the new kubelet ({pod.reason}); the fake "
+                          f"kubelet reports phase {pod.phase}")
             else:
-                self.tell(f"pod {pod.name} re-admitted by the new kubelet: still Running")
+                self.tell(f"pod {pod.name} re-admitted by the new kubelet: phase still Running")
 
 
 def _wipe_sockets(root: Path, keep: Path | None = None) -> list[str]:

@@ -301,7 +301,9 @@ def steps() -> list[Entry]:
                    "Placeholders are filled as in the subject's command: device plugins "
                    f"{placeholders['device-plugin']}; DRA drivers also "
                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS["dra"] if p not in PLACEHOLDERS["device-plugin"])
-                   + "; an unknown one is an error before the run. {free_port} is a new port."))),
+                   + "; an unknown one is an error before the run. {free_port} is a new port. A socket path an "
+                   "argument makes (a .sock path or name, a DRA driver's --pod-uid sockets) that a unix socket "
+                   "address cannot hold (107 bytes) is an error before the run, with its length."))),
         Entry("pod", "step", "pod: {create: NAME, devices: N} | {delete: NAME}", STEP_MEANING["pod"], (),
               (Key("create", "NAME (lower-case letters, digits, '-')", "(one of create and delete)",
                    "the pod to create"),

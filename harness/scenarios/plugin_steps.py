@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any
 
 from harness.instruments.interceptors import CallHook, arm_call_hook
 from harness.instruments.timeline import Event, WaitTimeout
+from harness.launch.process import LaunchError
 from harness.scenarios.outcomes import Inconclusive, Symptom
+from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.state import Crash, StageState
 from harness.scenarios.step import Step
 from harness.spec.subjects import free_port, render
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
+EXIT_TAIL_LINES = 12  # of a new instance's output, when it exited before it registered
 
 
 class PluginSteps(StageState):
@@ -53,7 +57,7 @@ class PluginSteps(StageState):
             subject.restart(crash=True)
             self.tell("plugin crashed (SIGKILL) and was started again")
         else:
-            self._rolling_update(self._rendered_args(step))
+            self._rolling_update(step, self._rendered_args(step))
 
     def _arm_crash(self, method: str, restart: bool) -> None:
         """SIGKILL the plugin as the kubelet sends its next `method` call (and start it again for a crash):
@@ -92,31 +96,51 @@ class PluginSteps(StageState):
         fresh = {**values, "free_port": str(free_port())}
         return [render(a, fresh, f"{step.where}.args[{n}]") for n, a in enumerate(args)]
 
-    def _rolling_update(self, args: list[str]) -> None:
+    def _rolling_update(self, step: Step, args: list[str]) -> None:
         """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while
-        the old one still serves; then the old one gets SIGTERM."""
+        the old one still serves; then the old one gets SIGTERM.
+
+        An update that cannot happen (a socket path no address holds, a command that does not start, a new
+        instance that exits before it registers) is inconclusive with its own error: the bug was never put to
+        the test. A new instance that runs and is never registered is the symptom."""
         env, old = self.env, self.env.subject
         twin = getattr(old, "twin", None)
         if twin is None:
             raise Inconclusive(f"a rolling update needs a second instance; the {type(old).__name__} has none")
+        too_long = overflows(env.spec, args, dirs_under(env.sandbox.path, env.spec))
+        if too_long:
+            raise Inconclusive(f"{step.where}.args[{too_long[0].index}]: the new instance cannot start: "
+                               f"{too_long[0].describe()}")
         since = env.now()
         new = twin()
         new.argv = [*new.argv, *args]
-        new.start()
+        try:
+            new.start()
+        except LaunchError as err:
+            raise Inconclusive(f"{step.where}: the new instance cannot start: {err}") from None
         self.tell(f"rolling update: a second plugin instance started beside the first"
                   f"{' with ' + ' '.join(args) if args else ''}")
+        # While it starts, the new instance is the environment's subject: its exit, not the old one's, ends the
+        # waits for its start-up and registration (env._exit_abort), at once rather than at the bound.
+        env.subject = new
         try:
-            self._wait_registration(since, "the new instance's registration")
+            self._wait_registration(since, "the new instance's registration", new)
         except WaitTimeout as err:
+            env.subject = old
+            # Exited: its launcher records the exit, then its code (a bounded wait for that moment, not a timer).
+            code = None if new.running else new.wait_exit(CRASH_JOIN_S)
+            said = "\n".join("    " + line[:300] for line in new.log_tail(EXIT_TAIL_LINES).splitlines())
             new.stop()
-            raise Symptom(str(err)) from None
+            if code is not None:
+                raise Inconclusive(f"{step.where}: the new instance exited with code {code} before it registered; "
+                                   f"its last output:\n{said or '    (none)'}") from None
+            raise Symptom(f"the new instance ran and was not registered: {err}") from None
         self.tell("rolling update: the new instance registered")
         old.stop()
-        env.subject = new
         self.retired.append(old)
         self.tell("rolling update: the old instance stopped (SIGTERM)")
 
-    def _wait_registration(self, since: int, awaiting: str) -> Event:
+    def _wait_registration(self, since: int, awaiting: str, instance: Any) -> Event:
         if self.is_dra:
             return self.env.wait_dra_registered(since)  # type: ignore[attr-defined]
         if self.fake is None:
@@ -124,5 +148,6 @@ class PluginSteps(StageState):
             resource = self.env.spec.resource
             return self.env.timeline.wait_for(
                 lambda e: e.kind == "kubelet.connected" and e.get("resource") == resource,
-                self.env.profile.reaction_s, awaiting, since, relevant=("kubelet.connected", "kubelet.exit"))
+                self.env.profile.reaction_s, awaiting, since, relevant=("kubelet.connected", "kubelet.exit"),
+                abort=lambda e: e.kind == "process.exit" and e.get("pid") == instance.pid)
         return self.env.wait_registered(since)

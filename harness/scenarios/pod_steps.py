@@ -3,6 +3,8 @@ bound while the kubelet is down and admitted when it starts."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.instruments.timeline import WaitTimeout
 from harness.node.interface import AdmissionError
 from harness.scenarios.outcomes import UNEXPECTED_ADMISSION, Inconclusive, PodRecord
@@ -30,29 +32,46 @@ class PodSteps(StageState):
         self._admit(pod)
 
     def _admit(self, pod: PodRecord) -> None:
+        node, fake = self.env.node, self.fake
+        pod.phase = "Pending"  # on its way through admission (a real node's own phase replaces it once it shows one)
         try:
-            given = self.env.node.admit_pod(pod.key, {self.env.spec.resource: pod.devices})
-            self.env.node.start_pod(pod.key)
+            given = node.admit_pod(pod.key, {self.env.spec.resource: pod.devices})
         except AdmissionError as err:
-            pod.phase, pod.reason = "Failed", f"{UNEXPECTED_ADMISSION}: {err}"
-            self.tell(f"pod {pod.name}: Failed, {pod.reason}")
+            if fake is not None:
+                # The fake kubelet's refusal at admission, and the phase a kubelet gives such a pod.
+                pod.phase, pod.reason = "Failed", f"{UNEXPECTED_ADMISSION}: {err}"
+                pod.created = f"refused at admission ({pod.reason})"
+            else:
+                pod.created = f"not running: {err}"  # the real node's pod, in whatever phase its kubelet holds it
+            self._tell_gave_up(pod)
+            return
+        try:
+            node.start_pod(pod.key)
+        except AdmissionError as err:
+            # As a real kubelet with a CreateContainerError: the pod stays Pending, its container not created.
+            pod.reason, pod.created = str(err), f"admitted, its container not started: {err}"
+            self._tell_gave_up(pod)
             return
         pod.phase = "Running"
         devices = [d for a in given for d in a.device_ids]
         self.tell(f"pod {pod.name} running with {', '.join(devices) or 'no devices'}")
 
+    def _tell_gave_up(self, pod: PodRecord) -> None:
+        """The step's outcome and, apart from it, the pod's phase as the node reports it."""
+        self.tell(f"pod {pod.name}: {pod.created}; {self.pod_phase(pod)}")
+
     def _create_dra_pod(self, name: str, count: int) -> None:
         from harness.controlplane.scheduler import PodClaim
-        from harness.world.draenv import DRAEnv
 
-        env = self.env
-        assert isinstance(env, DRAEnv)
+        env: Any = self.env  # a DRAEnv, or what stands in for one
         running = env.node.running
+        since = env.now()
         try:
-            api, claims = env.run_pod([PodClaim("gpu", count)], name, wait=running)
+            api, claims = env.run_pod([PodClaim("gpu", count)], name, wait=False)
         except (AssertionError, WaitTimeout) as err:
-            self.pods[name] = PodRecord(name, "", count, "Failed", str(err).splitlines()[0])
-            self.tell(f"pod {name}: did not run: {str(err).splitlines()[0]}")
+            # Never scheduled: no node holds it, so it has no phase on one.
+            pod = self.pods[name] = PodRecord(name, "", count, "", created=f"not scheduled: {str(err).splitlines()[0]}")
+            self._tell_gave_up(pod)
             return
         pod = PodRecord(name, api["metadata"]["uid"], count, "Running" if running else "Pending", api=api,
                         claims=claims)
@@ -60,6 +79,15 @@ class PodSteps(StageState):
         devices = [d for c in claims for _, d in env.allocated_devices(c, env.driver)]
         if not running:
             self.tell(f"pod {api['metadata']['name']} scheduled on {', '.join(devices)} while the kubelet is down")
+            return
+        bound = env.profile.reaction_s + env.profile.dra_call_timeout_s
+        try:
+            env.wait_pod("pod.running", api, since, f"pod {api['metadata']['name']} running (its claims prepared)",
+                         bound)
+        except WaitTimeout as err:
+            pod.phase, pod.reason = "Pending", ""
+            pod.created = f"gave up waiting for it to run: {str(err).splitlines()[0]}"
+            self._tell_gave_up(pod)
             return
         self.remember_cdi(pod)
         self.tell(f"pod {api['metadata']['name']} running with claim(s) on {', '.join(devices)}")
@@ -83,7 +111,7 @@ class PodSteps(StageState):
             assert isinstance(self.env, DRAEnv)
             if pod.api is None:
                 pod.phase = "Deleted"
-                self.tell(f"pod {name} was never made on the node ({pod.reason}): nothing to delete")
+                self.tell(f"pod {name} was never made on the node ({pod.created}): nothing to delete")
                 return
             uid = pod.api["metadata"]["uid"]
             if self.env.timeline.find(lambda e: e.kind == "pod.deleted" and e.get("pod_uid") == uid):

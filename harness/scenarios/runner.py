@@ -28,6 +28,7 @@ import pytest
 from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.instruments.timeline import WaitTimeout
+from harness.launch.process import LaunchError
 from harness.node.real.localnode import NodeAccess
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.scenarios.check import case_name
@@ -163,7 +164,8 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
         first = str(err).splitlines()[0]
         _tell(stage, say, f"REPRODUCED: {first}")
         outcome = Outcome(REPRODUCED, str(err), _lines(stage))
-    except (Inconclusive, SubjectUnavailable) as err:
+    except (Inconclusive, SubjectUnavailable, LaunchError) as err:
+        # A step that could not run (a command that does not start, a build refused): no verdict on the bug.
         _tell(stage, say, f"INCONCLUSIVE: {err}")
         outcome = Outcome(INCONCLUSIVE, str(err), _lines(stage))
     except pytest.skip.Exception as skipped:

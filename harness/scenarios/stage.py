@@ -50,9 +50,15 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
     # -- narration -------------------------------------------------------------------------------
 
     def tell(self, text: str) -> None:
-        line = f"+{time.monotonic() - self.began:7.3f}s  {text}"
+        self._told(f"+{time.monotonic() - self.began:7.3f}s  {text}")
+
+    def _told(self, line: str) -> None:
+        """A narration line with its time on it already (a story stamps its own): one time to a line."""
         self.lines.append(line)
         self.say(line)
+
+    def pod_phase(self, pod: PodRecord) -> str:
+        return Conditions(self).phase_of(pod)
 
     @property
     def is_dra(self) -> bool:
@@ -89,7 +95,8 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         from harness.scenarios import taint_eviction
 
         env = self._dra()
-        story = taint_eviction.Story(self.tell)
+        # Its lines are timed from the scenario's start, as every other step's.
+        story = taint_eviction.Story(self._told, began=self.began)
         try:
             notes = taint_eviction.run(env, story, step.options.get("toleration_seconds"))
         except (AssertionError, WaitTimeout) as err:

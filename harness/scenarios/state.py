@@ -38,6 +38,10 @@ class StageState:
     rejects: list[str]  # calls `reject` armed while no kubelet ran: the next kubelet started refuses them
     armed_rejects: list[Any]  # those rejections as armed on the kubelet being started (instruments/faults.py Fault)
 
+    def pod_phase(self, pod: PodRecord) -> str:
+        """The pod's phase as the node reports it, in words (stage.py, through conditions.py)."""
+        raise NotImplementedError
+
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with the faults armed for it (wire_steps.py)."""
         raise NotImplementedError
