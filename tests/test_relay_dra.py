@@ -20,6 +20,7 @@ from test_reference_dra import DRIVER, WAIT_S, Driver
 
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
+from harness.instruments.dials import DIAL, OK
 from harness.instruments.timeline import Event, Timeline
 from harness.kubelet.dramanager import PrepareError
 from harness.node.fake import FakeNode
@@ -132,6 +133,20 @@ def test_one_kubelet_connection_is_one_driver_connection(rig: Rig) -> None:
     assert len(opened) == 1, opened
     calls = rig.timeline.find(lambda e: e.kind == "dra.prepare")
     assert {c.get("connection") for c in calls} == {opened[0].get("number")}
+
+
+def test_the_kubelets_dials_are_recorded_as_the_fake_kubelet_records_its_own(rig: Rig) -> None:
+    """A scenario's `dialed` reads `kubelet.dial` on either kubelet: the relay must write it for each connection
+    it passes on, naming the driver's own socket (a real DRA node once read 0 dials of dra.sock)."""
+    registered(rig)
+    rig.wait(rig.timeline, "dra.health", driver=DRIVER)  # the endpoint's connection is open by now
+    fake = rig.kubelet_timeline.find(lambda e: e.kind == DIAL and e.get("outcome") == OK)
+    relayed = rig.timeline.find(lambda e: e.kind == DIAL)
+    assert {e.get("name") for e in relayed} == {e.get("name") for e in fake} >= {"dra.sock"}, (relayed, fake)
+    driver_sockets = {str(rig.driver.reg_socket), str(rig.driver.plugin_dir / "dra.sock")}
+    assert {e.get("socket") for e in relayed} == driver_sockets
+    assert all(e.source == "kubelet" and e.get("outcome") == OK and e.get("instance") == rig.node.instance
+               for e in relayed), relayed
 
 
 def test_prepare_and_unprepare_records_match_the_fake_kubelets(rig: Rig) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from harness.instruments.timeline import Timeline
+from harness.instruments.timeline import Event, Timeline
 from harness.scenarios.check import check_file
+from harness.scenarios.conditions import live_endpoints
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, loads
 from reports.model import SKIP, CheckResult, SubjectReport
 
@@ -290,3 +291,29 @@ def test_sandboxes_leave_room_for_a_pod_uid_in_a_socket_name() -> None:
     from harness.launch import sandbox
 
     assert sandbox.UNIX_PATH_MAX == 108 and sandbox.SOCKET_PATH_MAX == sandbox.UNIX_PATH_MAX - 1
+
+
+def _dra_event(kind: str, **data: object) -> Event:
+    return Event(0, kind, "kubelet", dict(data))
+
+
+def test_a_rolling_updates_old_endpoint_going_away_leaves_the_driver_registered_on_either_kubelet() -> None:
+    """Issue 35 defect 2: on the real node `registered: true` flipped to "not registered" when the kubelet logged
+    the old instance's deregistration, though the new instance's endpoint stayed registered. The sequence is the
+    one a real v1.36.3 gave: the relay records both registrations with the driver's and the kubelet's names of
+    each endpoint, and the kubelet's log deregisters the old one by its kubelet name, with no count of plugins."""
+    old, new = ({"endpoint": f"/tmp/fk-x/plugins/d/dra-{n}.sock",
+                 "kubelet_endpoint": f"/var/lib/kubelet/plugins/d/dra-{n}.sock"} for n in ("old", "new"))
+    real = [_dra_event("dra.registered", driver="d", **old), _dra_event("dra.registered", driver="d", **new),
+            _dra_event("dra.deregistered", driver="d", endpoint=old["kubelet_endpoint"])]
+    assert live_endpoints(real) == {new["kubelet_endpoint"]}
+    # ...and the new one going too leaves nothing, by either of its names.
+    assert live_endpoints([*real, _dra_event("dra.deregistered", driver="d", endpoint=new["endpoint"])]) == set()
+    # The fake kubelet names one endpoint, counts the plugins left, and replaces on the same socket.
+    fake = [_dra_event("dra.registered", driver="d", endpoint="a", plugins=1),
+            _dra_event("dra.registered", driver="d", endpoint="b", plugins=2),
+            _dra_event("dra.deregistered", driver="d", endpoint="a", plugins=1)]
+    assert live_endpoints(fake) == {"b"}
+    assert live_endpoints([*fake, _dra_event("dra.registered", driver="d", endpoint="c", replaced=["b"])]) == {"c"}
+    assert live_endpoints([_dra_event("dra.registered", driver="d", endpoint="a"),
+                           _dra_event("dra.deregistered", driver="d", plugins=0)]) == set()

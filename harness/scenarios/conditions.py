@@ -71,6 +71,32 @@ def wire_recorded(env: Any, since_ns: int) -> bool:
                for e in env.timeline.events(since_ns) if e.source == "kubelet")
 
 
+def live_endpoints(events: list[Event]) -> set[str]:
+    """The endpoints a driver is registered at, from its `dra.registered` and `dra.deregistered` events in order.
+
+    The kubelet keeps one plugin per registration (dra_plugin_manager.go), so a rolling update's old instance
+    going away leaves the new one registered: a deregistration removes its own endpoint, never the driver. An
+    endpoint has two names on a real node, the driver's (`endpoint`, as the relay records it) and the kubelet's
+    (`kubelet_endpoint`; the kubelet's log names that one when it deregisters): either one matches. The fake
+    kubelet's `replaced` are endpoints a newer registration on the same socket took over. A deregistration that
+    names no endpoint falls back to the count of plugins it left."""
+    live: dict[str, set[str]] = {}  # the endpoint as the kubelet sees it -> each of its names
+
+    def names(event: Event) -> set[str]:
+        return {str(n) for n in (event.get("endpoint"), event.get("kubelet_endpoint")) if n}
+
+    for event in events:
+        if event.kind == "dra.registered":
+            gone = set(event.get("replaced") or [])
+            live = {k: v for k, v in live.items() if not v & gone}
+            live[str(event.get("kubelet_endpoint") or event.get("endpoint") or "")] = names(event)
+        elif names(event):
+            live = {k: v for k, v in live.items() if not v & names(event)}
+        elif not event.get("plugins"):
+            live = {}
+    return set(live)
+
+
 class Conditions:
     def __init__(self, stage: Stage) -> None:
         self.stage, self.env = stage, stage.env
@@ -222,11 +248,10 @@ class Conditions:
             driver = env.driver  # type: ignore[attr-defined]
             events = [e for e in env.timeline.events(since) if e.kind in ("dra.registered", "dra.deregistered")
                       and e.get("driver") == driver]
-            # A deregistration that leaves other instances of the driver (a rolling update's old one going away:
-            # the kubelet keeps one plugin per registration socket, and records how many are left) leaves it
-            # registered.
-            ok = bool(events) and (events[-1].kind == "dra.registered" or bool(events[-1].get("plugins")))
-            return ok, f"driver {driver} {'registered' if ok else 'not registered'} with the running kubelet"
+            live = live_endpoints(events)
+            ok = bool(live)
+            return ok, (f"driver {driver} registered with the running kubelet at {len(live)} endpoint(s)" if ok
+                        else f"driver {driver} not registered with the running kubelet")
         accepted = [e for e in env.timeline.events(since, "kubelet.register")
                     if e.get("accepted") and e.get("instance") == node.instance]
         return bool(accepted), (f"{len(accepted)} accepted registration(s) with kubelet instance {node.instance}"

@@ -197,11 +197,13 @@ DEFAULTS = {
     ("pod_resources", "via"): "List",
     ("pod_resources", "resource"): "the subject's resource (a DRA driver: its driver name)",
 }
-WIRE = ("fake: yes. real: only through the relay that records the real kubelet's side of the plugin wire; "
-        "without it, inconclusive, never 0")
+WIRE = ("fake: yes. real: through the relay that records the real kubelet's side of the plugin wire (device "
+        "plugins and DRA drivers alike: each connection the kubelet opens is a dial); without one, inconclusive, "
+        "never 0")
 OBSERVED = {
     "registered": "fake: its accepted Register of this kubelet instance. real: a device plugin's resource in "
-                  "the node's capacity; a DRA driver's registration in the kubelet's log",
+                  "the node's capacity; a DRA driver's registrations per endpoint (the relay's record, less "
+                  "the endpoints the kubelet's log deregisters): one live endpoint is enough",
     "capacity": "fake and real (the Node's status)", "allocatable": "fake and real (the Node's status)",
     "pod": "fake and real (on the real node, the Pod as the API server shows it)",
     "pod_devices": "fake and real (their PodResources List)",

@@ -40,6 +40,7 @@ from typing import Any
 
 import grpc
 
+from harness.instruments.dials import OK, endpoint_ids, record_dial
 from harness.instruments.filewatch import is_socket
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
@@ -113,6 +114,10 @@ def answer(done: Outcome, context: grpc.ServicerContext, response: bytes | None 
 def health_name(value: int) -> str:
     """drahealth.py _status (manager.go toDeviceHealthStatus): anything but HEALTHY/UNHEALTHY is Unknown."""
     return {1: HEALTHY, 2: UNHEALTHY}.get(value, UNKNOWN)
+
+
+# What a dial of a socket nobody serves ends with in grpc-go (the kubelet's client): its connection error.
+DIAL_REFUSED = "connection refused"
 
 
 @dataclass
@@ -250,8 +255,14 @@ class DRARelay:
     # -- connections --------------------------------------------------------------------------------------
 
     def _connection(self, conn: Connection | None, what: str, upstream: str, role: str) -> None:
+        instance = self.kubelet_instance()
         self.timeline.record("relay.connection", "relay", role=role, what=what, upstream=upstream,
-                             number=conn.number if conn is not None else None, instance=self.kubelet_instance())
+                             number=conn.number if conn is not None else None, instance=instance)
+        if what in ("opened", "refused"):
+            # The kubelet's dial, as the fake kubelet records its own and the DP relay the kubelet's: a scenario's
+            # `dialed` reads both kubelets alike, naming the driver's socket (upstream), not the relay's copy.
+            record_dial(self.timeline, upstream, instance, next(endpoint_ids),
+                        OK if what == "opened" else DIAL_REFUSED)
 
     # -- the registration service -------------------------------------------------------------------------
 
