@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages fakelet's tests and conformance runs use, installed once (Debian):
+# System packages fakelet's tests and conformance runs use, installed once (Debian), and the inotify limit
+# they need (below):
 # - etcd-server: etcd for the local kube-apiserver the DRA checks run against
 #   (kube-apiserver itself is built from the Go module proxy);
 # - containerd, runc, busybox-static: the real kubelet's node (--node real, fakelet
@@ -22,6 +23,16 @@ declare -A why=(
     [docker.io]="the container launcher's tests"
     [gcc]="the fake NVML library"
 )
+# Each real-node check holds about 15 inotify instances (harness/instruments/inotify_budget.py); the default of
+# 128 per user runs out when test workers run fidelity jobs side by side, and every process that then watches a
+# file (kubelet, containerd, a plugin) exits with 'Too many open files'. Raised, never lowered, as root only.
+inotify_wanted=1024
+inotify_file=/proc/sys/fs/inotify/max_user_instances
+if [ "$(id -u)" = 0 ] && [ -w "$inotify_file" ] && [ "$(cat "$inotify_file")" -lt "$inotify_wanted" ]; then
+    echo "fakelet: raising fs.inotify.max_user_instances from $(cat "$inotify_file") to $inotify_wanted" \
+         "(real-node checks side by side)" >&2
+    echo "$inotify_wanted" > "$inotify_file"
+fi
 wanted=()
 command -v etcd >/dev/null || wanted+=(etcd-server)
 command -v containerd >/dev/null || wanted+=(containerd)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.local import find_etcd
+from harness.instruments import inotify_budget
 from harness.instruments.doctor import DOCTOR_HINT
 from harness.instruments.progress import elapsed_text, home_relative
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION
@@ -90,6 +91,8 @@ class Machine:
     node_image: bool | None = None
     node_tools: list[tuple[str, str]] = field(default_factory=list)
     busybox_error: str | None = None
+    inotify_limit: int | None = None
+    inotify_used: int = 0
     binaries: dict[str, list[Binary]] = field(default_factory=dict)  # group -> its binaries
     subjects: dict[str, Binary] = field(default_factory=dict)
     found: dict[Binary, tuple[str, Path] | None] = field(default_factory=dict)  # ("path" | "cached", where)
@@ -266,6 +269,7 @@ def probe(offline: bool) -> Machine:
     if m.engine_error is None:
         m.node_image = probe_node_image()
     m.node_tools = localnode.missing_tools()
+    m.inotify_limit, m.inotify_used = inotify_budget.limit(), inotify_budget.in_use()
     try:
         image.find_busybox()
     except image.ImageError as err:
@@ -297,7 +301,7 @@ def tiers(m: Machine) -> list[Tier]:
     found = [files_tier(m), root_tier(m), namespaces_tier(m), cgroups_tier(m), go_tier(m), proxy_tier(m)]
     if m.files is not None:
         found.append(cache_tier(m))
-    found += [gcc_tier(m), etcd_tier(m), engine_tier(m), runtime_tier(m)]
+    found += [gcc_tier(m), etcd_tier(m), engine_tier(m), runtime_tier(m), inotify_tier(m)]
     if m.files is not None:
         found += [release_tier(m, group) for group in m.binaries if group != "kind"]
         found += [kind_tier(m), subjects_tier(m)]
@@ -421,6 +425,19 @@ def runtime_tier(m: Machine) -> Tier:
         return Tier("runtime", OK, "containerd and runc: containerd, ctr, runc, nsenter and a static busybox found")
     return Tier("runtime", MISSING, f"containerd and runc: {', '.join(missing)} not found: no --node real",
                 packages(hints))
+
+
+def inotify_tier(m: Machine) -> Tier:
+    """Each real-node check holds about 15 inotify instances: the limit bounds how many run at once."""
+    if m.inotify_limit is None:
+        return Tier("inotify", UNKNOWN, "inotify: fs.inotify.max_user_instances not readable")
+    what = (f"inotify: fs.inotify.max_user_instances={m.inotify_limit}, about {m.inotify_used} in use: "
+            f"room for {max(0, (m.inotify_limit - m.inotify_used) // inotify_budget.NEEDED_REAL_NODE)} "
+            "real-node checks at once")
+    if m.inotify_limit >= inotify_budget.RECOMMENDED:
+        return Tier("inotify", OK, what)
+    return Tier("inotify", LIMITED, what + " (more jobs fail with 'Too many open files')",
+                inotify_budget.fix_command())
 
 
 STATE_WORDS = {"path": "on PATH", "cached": "cached", "buildable": "to build", "missing": "cannot be built"}

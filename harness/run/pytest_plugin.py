@@ -34,7 +34,8 @@ from harness.config.runconfig import (
 )
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.client import KubeClient
-from harness.instruments import progress
+from harness.instruments import inotify_budget, progress
+from harness.instruments.doctor import machine_lacks
 from harness.instruments.timeline import WaitTimeout
 from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
@@ -577,13 +578,20 @@ class Collector:
             return SKIP, detail, install
         exc = call.excinfo.value if call.excinfo is not None else None
         text = str(exc) if exc is not None else str(report.longrepr)
+        verdict = ERROR
         if report.when == "call" and isinstance(exc, (AssertionError, grpc.RpcError)):
             if isinstance(exc, grpc.RpcError):
                 code = exc.code().name if hasattr(exc, "code") else "?"
                 details = exc.details() if hasattr(exc, "details") else str(exc)
                 text = f"expected the plugin to answer the call; it failed with {code}: {details}"
-            return FAIL, text, ""
-        return ERROR, f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}", ""
+            verdict = FAIL
+        else:
+            text = f"harness error in {report.when}: {type(exc).__name__ if exc else ''}: {text}"
+        machine = inotify_budget.out_of_instances()
+        if machine is not None:
+            # A plugin or kubelet that could not watch its files exits or stalls: the machine's doing, not its.
+            return ERROR, f"{machine_lacks(machine)}; what the check saw then: {text}", ""
+        return verdict, text, ""
 
     def _finalize(self) -> None:
         """Checks without a final verdict are errors: a dead worker or an interrupt never passes."""

@@ -43,6 +43,7 @@ from harness.controlplane.base import ControlPlaneUnavailable
 from harness.controlplane.client import KubeClient
 from harness.controlplane.local import _free_port as free_port
 from harness.controlplane.local import find_kube_binary
+from harness.instruments import inotify_budget
 from harness.instruments.doctor import machine_lacks
 from harness.instruments.faults import FaultPlan
 from harness.instruments.progress import Progress
@@ -203,7 +204,7 @@ class LocalShell:
         """The namespace, and containerd in it with the pods' image."""
         if self.namespace is not None:
             return
-        why = unavailable()
+        why = unavailable() or inotify_budget.shortage(inotify_budget.NEEDED_REAL_NODE)
         if why:
             raise RealNodeUnavailable(why)
         try:
