@@ -494,3 +494,14 @@ def test_checks_of_both_kinds_go_each_to_its_own_subjects_run() -> None:
     args = build_parser().parse_args(["run", "--check", "DP-REG-02", "--check", "DRA-REG-01", "--jobs", "2"])
     assert {r.spec.name: r.checks for r in configs(args)} == {"reference-dp": ["DP-REG-02"],
                                                               "reference-dra": ["DRA-REG-01"]}
+
+
+def test_a_stop_signal_after_the_run_ended_changes_nothing() -> None:
+    """A SIGINT'd run exited -2 with a CONFORMANT report: the signal came during the interpreter's teardown, after
+    main() returned, when the default handlers are back. From then on the entry point blocks stop signals."""
+    code = ("import atexit, os, signal, harness.run.cli as c\n"
+            "c.main = lambda argv=None: 0\n"
+            "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+            "c.entry()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])

@@ -156,19 +156,20 @@ def test_the_new_steps_load(step: str) -> None:
 
 
 @pytest.mark.parametrize(("step", "kind", "where", "says"), [
-    ("hold: {call: Allocate}", "device-plugin", "steps[2].hold.call", "a call the kubelet serves: Register"),
+    ("hold: {call: GetInfo}", "device-plugin", "steps[2].hold.call", "a call of the kubelet's: Register (the "
+     "kubelet serves it); Allocate (the kubelet makes it to the plugin)"),
     ("hold: {call: Register, for: 5s}", "device-plugin", "steps[2].hold.for", "unknown key; known: call"),
-    ("hold: {method: Register}", "device-plugin", "steps[2].hold", "{call: Register}"),
-    ("hold: {call: Register}", "dra", "steps[2].hold", "for device plugins"),
-    ("release: Register", "device-plugin", "steps[2].release", "{call: Register}"),
-    ("release: {call: Register}", "dra", "steps[2]", "release is for device plugins"),
+    ("hold: {method: Register}", "device-plugin", "steps[2].hold", "{call: Register | Allocate}"),
+    ("hold: {call: Register}", "dra", "steps[2].hold.call", "Register is a device plugin's call"),
+    ("release: Register", "device-plugin", "steps[2].release", "{call: Register | Allocate}"),
+    ("release: {call: Register}", "dra", "steps[2].release.call", "Register is a device plugin's call"),
     ("socket: {delete: ../kubelet.sock}", "device-plugin", "steps[2].socket.delete", "no path"),
     ("socket: {delete: /var/lib/kubelet/device-plugins/kubelet.sock}", "device-plugin", "steps[2].socket.delete",
      "no path"),
     ("socket: {remove: kubelet}", "device-plugin", "steps[2].socket", "{delete: kubelet | plugin | NAME}"),
-    ("socket: {delete: kubelet}", "dra", "steps[2]", "socket is for device plugins"),
-    ("wait: {held: {call: GetInfo}}", "device-plugin", "steps[2].wait.held.call", "a call the kubelet serves"),
-    ("wait: {held: {call: Register}}", "dra", "steps[2].wait.held", "is for device plugins"),
+    ("socket: {delete: kubelet}", "dra", "steps[2].socket.delete", "kubelet is for device plugins"),
+    ("wait: {held: {call: GetInfo}}", "device-plugin", "steps[2].wait.held.call", "a call of the kubelet's"),
+    ("wait: {held: {call: Register}}", "dra", "steps[2].wait.held.call", "Register is a device plugin's call"),
     ("expect: {registered: true}\n    glimpse: yes please", "device-plugin", "steps[2].glimpse", "true (the first"),
     ("expect: {registered: true}\n    glimpse: true\n    throughout: 2s", "device-plugin", "steps[2].glimpse",
      "a glimpse goes with within"),

@@ -62,7 +62,11 @@ def test_the_library_has_ten_reports_each_with_its_link_and_both_sides():
             assert case.defect is None or case.defect in subjects[name].defects, (scenario.name, case.defect)
             assert subjects[name].kind == scenario.kind, (scenario.name, name)
     assert sum(REPRODUCED in {c.verdict for c in s.cases} for s in LIBRARY) >= 5
-    assert all(NOT_REPRODUCED in {c.verdict for c in s.cases} for s in LIBRARY), "each shows the correct side too"
+    # Each shows the correct side too, unless nothing can: a report no release fixes (real: affected, no fixed)
+    # about what no subject changes (dra-empty-taint-selector-evicts-every-pod: the API as specified).
+    assert all(NOT_REPRODUCED in {c.verdict for c in s.cases} or (s.affected and not s.fixed
+                                                                  and {c.verdict for c in s.cases} == {REPRODUCED})
+               for s in LIBRARY), "each shows the correct side too"
 
 
 MUTANT_REACTION_BOUND_S = "4"  # as the kill matrix's: a plugin that never reacts is caught in seconds

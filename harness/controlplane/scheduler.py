@@ -80,19 +80,20 @@ class Scheduler:
         self.runnable = runnable or (lambda pod: pod)
 
     def create_pod(self, namespace: str, name: str, device_class: str,
-                   claims: list[PodClaim]) -> tuple[dict, list[dict]]:
-        """The claims and the (unbound) pod that uses them, created in the API server."""
+                   claims: list[PodClaim], spec: dict[str, Any] | None = None) -> tuple[dict, list[dict]]:
+        """The claims and the (unbound) pod that uses them, created in the API server. `spec` is set in the pod's
+        spec last, over what the node made runnable (a scenario's terminationGracePeriodSeconds)."""
         made: dict[str, dict] = {}
         for c in claims:
             body = claim_body(namespace, f"{name}-{c.name}", device_class, c.count, c.tolerations)
             made[c.name] = self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", body)
-        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
-                                 self.runnable(pod_body(namespace, name,
-                                                        {k: v["metadata"]["name"] for k, v in made.items()})))
+        body = self.runnable(pod_body(namespace, name, {k: v["metadata"]["name"] for k, v in made.items()}))
+        body["spec"].update(spec or {})
+        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
         return pod, list(made.values())
 
     def create_pod_from_template(self, namespace: str, name: str, device_class: str, claim: PodClaim,
-                                 timeout_s: float) -> tuple[dict, list[dict]]:
+                                 timeout_s: float, spec: dict[str, Any] | None = None) -> tuple[dict, list[dict]]:
         """A pod whose claim the resource-claim controller generates from a ResourceClaimTemplate.
 
         Returns the pod and the generated claim once the controller has recorded it in the pod's
@@ -100,8 +101,9 @@ class Scheduler:
         template = f"{name}-{claim.name}"
         self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates",
                            template_body(namespace, template, device_class, claim.count, claim.tolerations))
-        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods",
-                                 self.runnable(pod_body(namespace, name, {}, {claim.name: template})))
+        body = self.runnable(pod_body(namespace, name, {}, {claim.name: template}))
+        body["spec"].update(spec or {})
+        pod = self.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
         generated = self._generated_claim(pod, claim.name, timeout_s)
         return pod, [self.client.get(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{generated}")]
 

@@ -2,7 +2,9 @@
 
 Server side: method, request, outcome and duration of each call, each
 streamed message, and the fault plan consulted first. Client side: the same
-for unary calls; stream consumers record their own messages.
+for unary calls, with the kubelet's fault plan consulted once the answer is
+back (a held answer, FaultPlan.hold_answer); stream consumers record their own
+messages.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from harness.instruments.faults import FaultPlan
+from harness.instruments.faults import KUBELET_STOPPED, RELEASED, Fault, FaultPlan
 from harness.instruments.grpcutil import status_of
 from harness.instruments.timeline import Timeline
 
@@ -206,9 +208,77 @@ def _take_call_hook(timeline: Timeline, method: str) -> CallHook | None:
     return None
 
 
+class HeldAnswerLost(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc]
+    """What the kubelet's code gets for a call whose answer a scenario held and never let reach it: the kubelet
+    stopped meanwhile (its call dies with it), or the kubelet's own deadline on the call passed."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def result(self, timeout: float | None = None) -> Any:
+        raise self
+
+    def exception(self, timeout: float | None = None) -> BaseException:
+        return self
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        return None
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return True
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+    def initial_metadata(self) -> Any:
+        return None
+
+    def trailing_metadata(self) -> Any:
+        return None
+
+
+def lost_answer(fault: Fault) -> HeldAnswerLost:
+    """The error a held answer that never reached the kubelet makes of its call."""
+    if fault.ended == KUBELET_STOPPED:
+        return HeldAnswerLost(grpc.StatusCode.CANCELLED, "the kubelet stopped while the answer was held")
+    # grpc-python's own words for a client-side deadline: endpoint.go_status reads them as Go's
+    # "context deadline exceeded".
+    return HeldAnswerLost(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+
 class RecordingClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    def __init__(self, timeline: Timeline, source: str) -> None:
-        self.timeline, self.source = timeline, source
+    def __init__(self, timeline: Timeline, source: str, faults: FaultPlan | None = None,
+                 deadlines: bool = True) -> None:
+        """`faults`: the kubelet's fault plan, whose holds keep an answer from the kubelet (none for fakelet's own
+        calls); `deadlines`: whether a call's timeout is the kubelet's own deadline, which a held answer can run
+        past (DRA's), or only fakelet's bound on a call the kubelet makes without one (a device plugin's Allocate:
+        context.Background() upstream, so a held answer waits for its release however long)."""
+        self.timeline, self.source, self.faults, self.deadlines = timeline, source, faults, deadlines
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Message) -> Any:
         t0 = time.monotonic()
@@ -227,14 +297,34 @@ class RecordingClientInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStr
         try:
             response = call.result()
         except grpc.RpcError as err:
+            # The plugin's error is its answer too: held as a success would be.
+            lost = self._held(method, details, t0)
             self.timeline.record("grpc.call", self.source, side="client", method=method,
-                                 request=to_dict(request), outcome=status_of(err),
+                                 request=to_dict(request), outcome=status_of(lost or err),
                                  duration_s=round(time.monotonic() - t0, 6))
-            return call
+            return lost or call
+        lost = self._held(method, details, t0)
+        if lost is not None:
+            self.timeline.record("grpc.call", self.source, side="client", method=method,
+                                 request=to_dict(request), outcome=status_of(lost),
+                                 duration_s=round(time.monotonic() - t0, 6))
+            return lost
         self.timeline.record("grpc.call", self.source, side="client", method=method,
                              request=to_dict(request), response=to_dict(response), outcome="OK",
                              duration_s=round(time.monotonic() - t0, 6))
         return call
+
+    def _held(self, method: str, details: Any, t0: float) -> HeldAnswerLost | None:
+        """Hold the answer that came back while the kubelet's fault plan holds `method`; the error the kubelet's
+        code gets instead when the hold ended any way but released (None: the answer goes on)."""
+        if self.faults is None:
+            return None
+        timeout = getattr(details, "timeout", None)
+        deadline = t0 + timeout if self.deadlines and timeout is not None else None
+        fault = self.faults.hold_answer(method, deadline=deadline)
+        if fault is None or fault.ended == RELEASED:
+            return None
+        return lost_answer(fault)
 
     def intercept_unary_stream(self, continuation: Callable[..., Any], details: Any, request: Message) -> Any:
         self.timeline.record("grpc.stream_open", self.source, side="client",

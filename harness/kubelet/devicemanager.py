@@ -303,7 +303,7 @@ class DeviceManager:
 
     def _dial(self, resource: str, path: str) -> tuple[Endpoint | None, dp.DevicePluginOptions | None, str | None]:
         """Dial a plugin's endpoint and fetch its options: (endpoint, options, None) or (None, None, error)."""
-        endpoint = Endpoint(resource, path, self.timeline, self.profile.reaction_s, self.instance)
+        endpoint = Endpoint(resource, path, self.timeline, self.profile.reaction_s, self.instance, self.faults)
         try:
             endpoint.dial(self.profile.dial_timeout_s)
             return endpoint, endpoint.fetch_options(), None

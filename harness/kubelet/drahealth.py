@@ -96,22 +96,29 @@ class DeviceHealth:
 class HealthInfoCache:
     """healthinfo.go healthInfoCache: driver -> "pool/device" -> DeviceHealth, checkpointed on change."""
 
-    def __init__(self, state_path: Path | None, default_timeout_s: float, timeline: Timeline) -> None:
+    def __init__(self, state_path: Path | None, default_timeout_s: float, timeline: Timeline,
+                 observe_timeouts: bool = True) -> None:
+        """`observe_timeouts`: record `dra.health_unknown` at each device's deadline (the fake kubelet's own
+        cache); a copy kept from the wire in front of a real kubelet (the DRA relay's) only answers reads."""
         self.state_path, self.default_timeout_s, self.timeline = state_path, default_timeout_s, timeline
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._drivers: dict[str, dict[str, DeviceHealth]] = {}
         self._deadlines: list[tuple[float, str, str, float]] = []  # (expiry, driver, key, last_updated)
         self._stop = False
+        self._observe = observe_timeouts
+        self._thread: threading.Thread | None = None
         self._load()
-        self._thread = threading.Thread(target=self._watch_timeouts, daemon=True, name="dra-health-timeouts")
-        self._thread.start()
+        if observe_timeouts:
+            self._thread = threading.Thread(target=self._watch_timeouts, daemon=True, name="dra-health-timeouts")
+            self._thread.start()
 
     def close(self) -> None:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join(2)
+        if self._thread is not None:
+            self._thread.join(2)
 
     # -- checkpoint (healthinfo.go loadFromCheckpoint / saveToCheckpointInternal) --
 
@@ -194,7 +201,7 @@ class HealthInfoCache:
     # -- the timeout observer (fakelet's, see the module docstring) -------------
 
     def _arm(self, driver: str, key: str, dev: DeviceHealth) -> None:
-        if dev.health != UNKNOWN:
+        if dev.health != UNKNOWN and self._observe:
             heapq.heappush(self._deadlines, (dev.last_updated + self._timeout(dev), driver, key, dev.last_updated))
 
     def _watch_timeouts(self) -> None:

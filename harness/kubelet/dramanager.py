@@ -29,6 +29,7 @@ from typing import Any
 import grpc
 
 from harness.instruments.dials import OK, endpoint_ids, record_dial
+from harness.instruments.faults import FaultPlan
 from harness.instruments.interceptors import RecordingClientInterceptor
 from harness.instruments.timeline import Timeline
 from harness.kubelet import dracheckpoint
@@ -137,9 +138,11 @@ class DRAPluginConn:
 
     def __init__(self, driver: str, endpoint: str, service: str, health_service: str | None,
                  call_timeout_s: float, timeline: Timeline, dial_path: str | None = None,
-                 kubelet_instance: int | None = None, source: str = "kubelet") -> None:
+                 kubelet_instance: int | None = None, source: str = "kubelet",
+                 faults: FaultPlan | None = None) -> None:
         """`source`: who the calls are recorded as from (the harness's own client to a driver that a real
-        kubelet registered records as "harness": the kubelet did not make those calls)."""
+        kubelet registered records as "harness": the kubelet did not make those calls); `faults`: the kubelet's
+        fault plan, whose holds keep the driver's answer from it (up to the call's deadline, as the kubelet's)."""
         self.driver, self.endpoint, self.service, self.source = driver, endpoint, service, source
         self.id, self.kubelet_instance = next(endpoint_ids), kubelet_instance
         self.service_version = SERVICE_SHORT[service]
@@ -151,7 +154,7 @@ class DRAPluginConn:
         # dra_plugin_manager.go add(): grpc.NewClient("unix:" + endpoint): created once, connects on demand.
         self.dial_path = dial_path or endpoint  # where fakelet finds the socket the plugin named
         self.raw = grpc.insecure_channel(f"unix:{self.dial_path}")
-        self.channel = grpc.intercept_channel(self.raw, RecordingClientInterceptor(timeline, source))
+        self.channel = grpc.intercept_channel(self.raw, RecordingClientInterceptor(timeline, source, faults))
         self.health: HealthStream | None = None
         self._closed = False
 
@@ -218,9 +221,12 @@ class DRAManager:
     def __init__(self, state_dir: Path, timeline: Timeline, profile: Profile,
                  version: KubeletVersion | None = None, *, health: bool | None = None,
                  wipe_slices: Callable[[str], None] | None = None,
-                 translate: Callable[[str], str] | None = None, kubelet_instance: int | None = None) -> None:
+                 translate: Callable[[str], str] | None = None, kubelet_instance: int | None = None,
+                 faults: FaultPlan | None = None) -> None:
         """`kubelet_instance`: the number of the kubelet instance this manager is part of, on its `kubelet.dial`
-        events (its own count of DRA managers when not given)."""
+        events (its own count of DRA managers when not given); `faults`: that kubelet instance's fault plan (its
+        device manager's), whose holds keep a driver's NodePrepareResources or NodeUnprepareResources answer from
+        the kubelet."""
         self.translate = translate  # a plugin's view of a path -> the harness's (mount-namespace launcher)
         self.state_dir, self.timeline, self.profile = Path(state_dir), timeline, profile
         self.version = version or default_version()
@@ -233,6 +239,7 @@ class DRAManager:
         self.instance = next(self._instances)
         self.kubelet_instance = self.instance if kubelet_instance is None else kubelet_instance
         self.prepare_delay_s = 0.0  # fault: the kubelet holds each NodePrepareResources this long
+        self.faults = faults
         self._lock = threading.RLock()
         self._store: dict[str, list[DRAPluginConn]] = {}  # driver -> plugins in registration order
         self._reject: dict[str, int] = {}
@@ -378,7 +385,8 @@ class DRAManager:
                 return error
             health = self._choose_health(versions)
             conn = DRAPluginConn(name, endpoint, service, health, self.profile.dra_call_timeout_s, self.timeline,
-                                 self.translate(endpoint) if self.translate else None, self.kubelet_instance)
+                                 self.translate(endpoint) if self.translate else None, self.kubelet_instance,
+                                 faults=self.faults)
             self._store[name] = [*existing, conn]
         for old in replaced:
             old.close()
@@ -701,6 +709,17 @@ class DRAManager:
             return next((uid for uid, p in self._pods.items() if p.get("name") == pod), pod)
 
     # -- status ------------------------------------------------------------
+
+    def pods_using(self, driver: str, devices: set[str]) -> set[str]:
+        """UIDs of the pods whose prepared claims hold one of the driver's "pool/device" keys (manager.go
+        HandleWatchResourcesStream: the pods a changed device's health is sent for)."""
+        with self._cache_lock:
+            infos = [c.snapshot() for c in self._claims.values()]
+        uids: set[str] = set()
+        for info in infos:
+            if any(f"{d.pool}/{d.device}" in devices for d in info.devices.get(driver, [])):
+                uids |= set(info.pod_uids)
+        return uids
 
     def allocated_resources_status(self, pod: str) -> dict[str, list[dict]]:
         """UpdateAllocatedResourcesStatus for a container that uses every request of the pod's claims.

@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from harness.instruments.dials import OK, endpoint_ids, record_dial
+from harness.instruments.faults import FaultPlan
 from harness.instruments.grpcutil import (
     CHANNEL_OPTIONS,
     FAKELET_MAX_RECV_BYTES,
@@ -71,15 +72,19 @@ class Endpoint:
     """
 
     def __init__(self, resource: str, socket_path: str, timeline: Timeline, hang_bound_s: float,
-                 instance: int | None = None) -> None:
+                 instance: int | None = None, faults: FaultPlan | None = None) -> None:
         """`hang_bound_s`: fakelet's bound on the calls the kubelet makes without a deadline; `instance`: the
-        kubelet instance that dials (on its `kubelet.dial` event)."""
+        kubelet instance that dials (on its `kubelet.dial` event); `faults`: that kubelet's fault plan, whose holds
+        keep a plugin's answer (Allocate's) from it."""
         self.id = next(endpoint_ids)
         self.instance = instance
         self.resource, self.socket_path, self.timeline = resource, socket_path, timeline
         self.hang_bound_s = hang_bound_s
         self._raw = grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS)
-        channel = grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "kubelet"))
+        # deadlines=False: the timeouts here are fakelet's hang bound, not the kubelet's (it sets none on
+        # Allocate), so a held answer waits for its release, as a real kubelet would wait.
+        channel = grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "kubelet", faults,
+                                                                               deadlines=False))
         self.stub = dp_grpc.DevicePluginStub(channel)
         self.options = dp.DevicePluginOptions()
         self._stream: grpc.Future | None = None

@@ -23,7 +23,6 @@ upstream's pod workers retry a failed sync.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,25 @@ if TYPE_CHECKING:
 WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
 RETRY_S = 1.0  # after a failed list or watch: the API server may be restarting
 STOP_JOIN_S = 5.0
-HEALTH_EVENTS = ("dra.health", "dra.health_stream", "dra.health_unknown")
+# A running pod's periodic sync, which regenerates its status (allocatedResourcesStatus read from the health cache
+# then): kubelet config syncFrequency, default 1m (pkg/kubelet/apis/config/v1beta1 defaults.go), which the real
+# node's config keeps.
+SYNC_FREQUENCY_S = 60.0
+# What makes the kubelet post a running pod's allocatedResourcesStatus again between its periodic syncs: a health
+# message that changed a device (cm/dra manager.go HandleWatchResourcesStream sends the pods using the changed
+# devices on m.update, v1.34 to v1.37 alike). A stream's end clears the driver's cache and a device's timeout
+# passing changes it, but neither posts: the pod shows them at its next sync (kubernetes/kubernetes#140818,
+# #140819).
+HEALTH_UPDATE_EVENT = "dra.health"
+
+
+def _spec_changed(old: dict, new: dict) -> bool:
+    """Anything but the status (and the version stamps that follow it) differs: a change the kubelet syncs for."""
+    def without_status(pod: dict) -> dict:
+        meta = {k: v for k, v in _meta(pod).items() if k not in ("resourceVersion", "managedFields")}
+        return {**{k: v for k, v in pod.items() if k != "status"}, "metadata": meta}
+
+    return without_status(old) != without_status(new)
 
 
 def _meta(obj: dict) -> dict:
@@ -83,12 +100,20 @@ class _PodSync:
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"pod-{self.ref['name']}")
         self._thread.start()
 
-    def update(self, pod: dict | None) -> None:
+    def update(self, pod: dict | None, sync: bool = True) -> None:
+        """The pod's newest object; `sync` wakes the worker (a status-only change does not: the kubelet's pod
+        config reconciles those without a sync, config.go checkAndUpdatePod)."""
         if pod is None:
+            if not self.removed:
+                # Gone from the API server before this kubelet finished it (a delete with grace period 0, a force
+                # delete): the Pod is deleted now, while the worker has still to stop it and unprepare its claims.
+                self.worker.timeline.record("pod.deleted", "kubelet", pod=self.ref["name"], pod_uid=self.ref["uid"],
+                                            before_kubelet=True)
             self.removed = True
         else:
             self.pod = pod
-        self._kick.set()
+        if sync:
+            self._kick.set()
 
     def join(self, timeout_s: float) -> None:
         self._kick.set()
@@ -111,7 +136,7 @@ class _PodSync:
                     self._terminate()
                 elif self.state == "pending":
                     self._admit()
-                elif self._wait(self.worker.profile.pod_sync_backoff_s * 10):
+                elif self._wait(SYNC_FREQUENCY_S):
                     return
                 elif self.state == "running":
                     self.worker.post_health(self)
@@ -264,19 +289,25 @@ class PodWorker:
                                      claims=claim_names(pod))
                 self._pods[uid] = _PodSync(self, pod)
                 return
-        sync.update(pod)
+        sync.update(pod, sync=_spec_changed(sync.pod, pod))
 
     def _follow_health(self) -> None:
-        """Re-post allocatedResourcesStatus of running pods whenever the health stream changes something."""
+        """Re-post the allocatedResourcesStatus of the running pods on a device a health message changed."""
         index = len(self.timeline.events())
         while not self.stopping.is_set():
             events = self.timeline.after(index, 1.0)
             index += len(events)
-            if any(e.kind in HEALTH_EVENTS for e in events):
-                with self._lock:
-                    syncs = [s for s in self._pods.values() if s.state == "running"]
-                for sync in syncs:
-                    sync.update(sync.pod)
+            changed = [e for e in events if e.kind == HEALTH_UPDATE_EVENT and e.get("changed")]
+            dra = self.dra() if changed else None
+            if dra is None:
+                continue
+            uids: set[str] = set()
+            for e in changed:
+                uids |= dra.pods_using(e.get("driver", ""), set(e.get("changed")))
+            with self._lock:
+                syncs = [s for uid, s in self._pods.items() if s.state == "running" and uid in uids]
+            for sync in syncs:
+                sync.update(sync.pod)
 
     # -- writing the API ----------------------------------------------------------------------
 
@@ -354,8 +385,12 @@ class PodWorker:
         path = f"/api/v1/namespaces/{sync.ref['namespace']}/pods/{sync.ref['name']}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                 "preconditions": {"uid": sync.ref["uid"]}}
-        with contextlib.suppress(ApiError):  # 404/409: already gone or replaced
+        sync.removed = True  # before the request: the watch's DELETED for it is this deletion, not another's
+        gone = False
+        try:
             self.client.request("DELETE", path, body)
-        self.timeline.record("pod.deleted", "kubelet", pod=sync.ref["name"], pod_uid=sync.ref["uid"])
-        sync.removed = True
+        except ApiError as err:
+            gone = err.status in (404, 409)  # already gone (a grace period of 0 removed it) or replaced
+        self.timeline.record("pod.deleted", "kubelet", pod=sync.ref["name"], pod_uid=sync.ref["uid"],
+                             **({"before_kubelet": True} if gone else {}))
 

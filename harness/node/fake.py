@@ -89,8 +89,11 @@ class FakeNode:
         if self.registry_dir is None:
             self._start_api_agents()
             return
+        # One fault plan per kubelet instance, as on the real node's wire: a hold armed on the kubelet applies to
+        # the Register it serves and to the DRA calls it makes alike.
         dra = DRAManager(self.state_dir, self.timeline, self.profile, self.kubelet_version, health=self.dra_health,
-                         wipe_slices=self.wipe_slices, translate=self.translate, kubelet_instance=manager.instance)
+                         wipe_slices=self.wipe_slices, translate=self.translate, kubelet_instance=manager.instance,
+                         faults=manager.faults)
         if arm_dra is not None:
             arm_dra(dra)
         try:
@@ -132,6 +135,10 @@ class FakeNode:
                                     lambda: self.dra).start()
 
     def stop_kubelet(self, remove_socket: bool = False) -> None:
+        # An answer a scenario holds never reaches a kubelet that goes away: its call fails now, before the pod
+        # worker below waits for the sync it blocks.
+        if self.manager is not None:
+            self.manager.faults.end_answers()
         # The pod worker first: no pod sync may start in a kubelet that is going away.
         for agent in (self.pod_worker, self.node_status, self.pod_resources):
             if agent is not None:

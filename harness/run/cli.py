@@ -55,5 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
 
 
+def entry() -> None:
+    """The `fakelet` command and `python -m harness.run.cli`: main(), then the process's exit.
+
+    Once main() has returned, the run has ended and said so (its report written, its code chosen); what is left
+    is the interpreter's teardown, which runs with the default signal handlers: a Ctrl-C or SIGTERM there (a CI
+    job's timeout landing late) killed fakelet by the signal, exit -2 after a CONFORMANT report. Blocked from
+    then on, a late stop signal changes nothing. Only here, never in main(): a caller in the same process
+    (tests, an embedding tool) keeps its own signal mask, which its later children would inherit.
+    """
+    code = main()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

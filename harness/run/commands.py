@@ -247,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     steps = scenario.add_subparsers(dest="scenario_command", required=True)
     steps.add_parser("list", help="one line per bundled scenario: name, title, upstream link")
     show = steps.add_parser("show", help="a scenario's report, steps and expected verdicts")
-    show.add_argument("name", metavar="NAME", help="a bundled scenario (fakelet scenario list)")
+    show.add_argument("name", metavar="NAME|FILE", help="a bundled scenario (fakelet scenario list) or a scenario "
+                                                        "file (a path with a '/', or ending .yaml or .yml)")
     words = steps.add_parser("vocabulary", help="every step and condition a scenario file can use: keys, values, "
                                                 "defaults, what is counted and which kubelets show it")
     words.add_argument("name", nargs="?", metavar="STEP|CONDITION", help="only this step or condition")
@@ -811,13 +812,16 @@ def surface_exports(session: Session) -> list[str]:
         "# then any NVML tool sees the fake GPUs; fakelet devices heat|fail|ecc|xid DEV changes what it sees"]
 
 
+FAKE_RELEASE_FACT = "fake kubelet release"  # the report's fact: the fake's model of the release asked for
+
+
 def cmd_scenario(args: argparse.Namespace) -> int:
     if args.scenario_command == "list":
         for scenario in library.all_scenarios():
             print(scenario.summary())
         return EXIT_OK
     if args.scenario_command == "show":
-        print("\n".join(describe_scenario(library.find(args.name))))
+        print("\n".join(describe_scenario(scenariocli.shown(args.name))))
         return EXIT_OK
     if args.scenario_command == "vocabulary":
         return scenariocli.cmd_vocabulary(args)
@@ -879,13 +883,21 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
         if problems:
             raise ScenarioProblems(problems)
     reap_dead_runs()
+    # The fake kubelet asked to stand in for a release: say, before and after, that it does so only through the
+    # release's named behaviours, so that an outcome here is not read as one of a real kubelet of that release.
+    model = scenariocli.fake_release_note(args.node, args.kubelet_version, run.kubelet_version, scenario.kind)
     stage = staging_dir(out)  # as `fakelet run`: the earlier report stays whole until this one exists
     try:
         started = provenance.start()
+        kubelet = f"fake kubelet's model of {run.kubelet_version.name}" if model else f"{args.node} kubelet"
         print(f"scenario {scenario.name}: {run.spec.name}{f' --defect {run.defect}' if run.defect else ''} on the "
-              f"{args.node} kubelet ({scenario.upstream})", flush=True)
+              f"{kubelet} ({scenario.upstream})", flush=True)
+        if model:
+            print(f"  {model}", flush=True)
         report = run_scenario(dataclasses.replace(run, out=stage), scenario, lambda line: print(line, flush=True),
                               repeat=args.repeat, node=args.node, file=args.file, toleration_s=args.toleration_seconds)
+        if model:
+            report.facts[FAKE_RELEASE_FACT] = model
         provenance.finish(run, report, started)
         write_all(report, stage)
         with _stop.shielded():
@@ -898,6 +910,9 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
         runs = report.facts["scenario"]
         tally = f" ({runs['reproduced']} of {runs['runs']} runs reproduced it)" if runs["runs"] > 1 else ""
         print(f"\nverdict: {outcome.upper()}{tally}")
+        if model:
+            print(f"  on the fake kubelet's model of {run.kubelet_version.name} (its named behaviours only, listed "
+                  f"above): not a verdict on a real {run.kubelet_version.name} kubelet")
     return report
 
 

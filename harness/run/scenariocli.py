@@ -1,8 +1,9 @@
-"""`fakelet scenario vocabulary`, `fakelet scenario check` and `fakelet scenario run --case`.
+"""`fakelet scenario vocabulary`, `show`, `check` and `run --case`.
 
 commands.py parses the flags and runs one scenario; this holds what a person writing a scenario
-uses besides: the vocabulary as a reference, the check of a file before anything runs, and the
-file's promised cases run one by one and reported against their promises.
+uses besides: the vocabulary as a reference, a file shown or checked before anything runs, the
+file's promised cases run one by one and reported against their promises, and what a run on the
+fake kubelet's model of a release says about that model.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.kubelet.release_model import model_note
+from harness.kubelet.versions import KubeletVersion
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.scenarios import library, manual
-from harness.scenarios.check import DEFAULT_SUBJECT, case_name, check_file
+from harness.scenarios.check import DEFAULT_SUBJECT, ScenarioProblems, case_name, check_file
 from harness.scenarios.schema import INCONCLUSIVE, Case, Scenario
 from harness.spec.subjects import ProfileError
 from reports.model import SubjectReport
@@ -64,6 +67,20 @@ def scenario_path(target: str) -> Path:
                        f"(fakelet scenario list: {', '.join(library.names())})")
 
 
+def shown(target: str) -> Scenario:
+    """`fakelet scenario show TARGET`: a file (anything with a '/' or ending .yaml or .yml, relative to the
+    working directory) or a bundled scenario's name, checked as `run` checks it; a file that is not there is one
+    line naming it."""
+    path = scenario_path(target)
+    if not path.is_file():
+        raise ProfileError(f"{target}: {'not a file' if path.exists() else 'no such file'}")
+    scenario, problems = check_file(path)
+    if problems:
+        raise ScenarioProblems(problems)
+    assert scenario is not None
+    return scenario
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Every problem of every file, `file:line: field: problem`; exit 1 when any file has one."""
     bad = 0
@@ -84,6 +101,19 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{path}: ok: {scenario.kind}, {len(scenario.steps)} steps, {len(scenario.cases)} promised "
                   f"case{'s' if len(scenario.cases) != 1 else ''}")
     return EXIT_BROKEN if bad else EXIT_KEPT
+
+
+# -- the fake kubelet's model of a release -------------------------------------------------------------
+
+
+def fake_release_note(node: str, asked: str | None, version: KubeletVersion, kind: str) -> str:
+    """What a run on the fake kubelet that asked for a release (--kubelet-version, a case's kubelet_version)
+    tells about it: the fake models the release only through its named behaviours, listed, so that "not
+    reproduced on the fake 1.33" is never read as evidence about a real 1.33. "" on the real node, and when
+    no release was asked for (the fake kubelet as it is)."""
+    if node != "fake" or asked in (None, "default"):
+        return ""
+    return model_note(version, kind)
 
 
 # -- promised cases ---------------------------------------------------------------------------------------
@@ -123,6 +153,7 @@ class CaseRow:
     status: str  # KEPT, BROKEN, SKIPPED or UNJUDGED
     why: str = ""
     report: str = ""
+    fake_release: str = ""  # the release the fake kubelet stood in for (a case's kubelet_version on the fake node)
 
 
 RunOne = Callable[[argparse.Namespace, Path], SubjectReport]
@@ -147,7 +178,8 @@ def run_cases(args: argparse.Namespace, scenario: Scenario, out: Path, run_one: 
 
 def _run_case(args: argparse.Namespace, scenario: Scenario, case: Case, number: int, name: str, out: Path,
               run_one: RunOne) -> CaseRow:
-    row = CaseRow(number, name, case.verdict, "", SKIPPED)
+    row = CaseRow(number, name, case.verdict, "", SKIPPED,
+                  fake_release=case.kubelet_version if case.node == "fake" and case.kubelet_version else "")
     if case.node == "real":
         missing = realnode_unavailable()
         if missing:
@@ -189,7 +221,12 @@ def _write_table(scenario: Scenario, rows: list[CaseRow], out: Path) -> None:
     for r in rows:
         lines.append(f"{r.number:2}. {r.name:{width}} {r.promised:15} {r.got:15} {r.status}"
                      f"{f'  ({r.why[:160]})' if r.why else ''}")
-    print(f"\nscenario {scenario.name}: promised cases\n" + "\n".join(lines))
+    modelled = [r for r in rows if r.fake_release]
+    # The table reads "@1.33 ... not reproduced"; say under it which of those rows were the fake's model.
+    footnote = ("on the fake kubelet a release is modelled only through its named behaviours (each case's report "
+                "lists them): " + ", ".join(f"{r.name} ran the fake's model of {r.fake_release}, not a real "
+                                            f"{r.fake_release} kubelet" for r in modelled)) if modelled else ""
+    print(f"\nscenario {scenario.name}: promised cases\n" + "\n".join(lines) + (f"\n{footnote}" if footnote else ""))
     out.mkdir(parents=True, exist_ok=True)
     (out / "cases.json").write_text(json.dumps(
         {"scenario": scenario.name, "upstream": scenario.upstream,
@@ -198,4 +235,4 @@ def _write_table(scenario: Scenario, rows: list[CaseRow], out: Path) -> None:
     table += [f"| {r.number}. `{r.name}` | {r.promised} | {r.got} | {r.status} | {r.why.replace('|', '/')} |"
               for r in rows]
     (out / "cases.md").write_text(f"# {scenario.name}: promised cases\n\n{scenario.upstream}\n\n"
-                                  + "\n".join(table) + "\n")
+                                  + "\n".join(table) + "\n" + (f"\n{footnote}\n" if footnote else ""))

@@ -3,7 +3,8 @@
 The schema (schema.py, vocabulary.py) says whether each step and case is well formed. This adds what
 needs the world the file names: the subjects, defects and kubelet releases of its `cases:` (and of its
 own `subject:`/`defect:`), the devices its steps name (in each of those subjects' inventories), the
-pods its conditions name (created by an earlier step), and its templates (a rolling update's `args:`,
+pods its conditions name (created by an earlier step), the DeviceTaintRules its untaint steps name (made by
+an earlier taint, by name or selector), and its templates (a rolling update's `args:`,
 rendered as the subject's own command is, so that an unknown placeholder is an error here and never
 text that reaches the plugin). Every problem is reported, as `file:line: field: problem`, not only
 the first; `fakelet scenario run` runs the same check and refuses to start on any.
@@ -24,7 +25,7 @@ from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.scenarios.schema import Case, Scenario, _line_of, examine
 from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.step import Step
-from harness.scenarios.vocabulary import DEVICE_OPS, NVML_CONTROLS, SCRIPTS, chosen
+from harness.scenarios.vocabulary import DEVICE_OPS, NO_DEFECT, NVML_CONTROLS, SCRIPTS, chosen
 from harness.spec.subjects import PLACEHOLDERS, ProfileError, SubjectSpec, all_subjects, load_yaml, render
 
 DEFAULT_SUBJECT = {"device-plugin": "reference-dp", "dra": "reference-dra"}  # a scenario file that names none
@@ -165,10 +166,12 @@ def _step_problems(scenario: Scenario, subjects: list[SubjectSpec], where: Any) 
     problems: list[str] = []
     inventories = {s.name: ids for s in subjects if (ids := inventory_ids(s)) is not None}
     pods: set[str] = set()
+    rules: list[dict[str, Any]] = []
     for step in scenario.steps:
         path = f"steps[{step.index}]"
         problems += _placeholders(step, scenario.kind, path, where)
         problems += _socket_lengths(step, subjects, path, where)
+        problems += _update_defect(step, subjects, path, where)
         for field, ref in _device_refs(step):
             problems += _device(ref, inventories, pods, where(f"{path}.{field}"))
         for field, pod in _pod_refs(step):
@@ -177,7 +180,28 @@ def _step_problems(scenario: Scenario, subjects: list[SubjectSpec], where: Any) 
                                 f"(pod: {{create: {pod}}})")
         if step.action == "pod" and isinstance(step.arg, dict) and "create" in step.arg:
             pods.add(step.arg["create"])
+        problems += _rule_refs(step, rules, path, where)
     return problems
+
+
+def _rule_refs(step: Step, rules: list[dict[str, Any]], path: str, where: Any) -> list[str]:
+    """An untaint that names a rule (by name or selector) no earlier taint made; `rules`: the taints so far."""
+    arg = step.arg
+    if not isinstance(arg, dict):
+        return []
+    if step.action == "taint":
+        rules.append(arg)
+        return []
+    if step.action != "untaint":
+        return []
+    if "rule" in arg and not any(r.get("name") == arg["rule"] for r in rules):
+        named = sorted({str(r["name"]) for r in rules if "name" in r})
+        return [f"{where(f'{path}.untaint.rule')}: no earlier taint step names a rule {arg['rule']!r} "
+                f"(taint: {{name: {arg['rule']}, ...}}); {_known(named, str(arg['rule']), 'the taint steps')}"]
+    if "selector" in arg and not any(r.get("selector") == arg["selector"] for r in rules):
+        return [f"{where(f'{path}.untaint.selector')}: no earlier taint step has this selector "
+                f"({arg['selector']}): untaint removes the rules made with the same one"]
+    return []
 
 
 def inventory_ids(spec: SubjectSpec) -> list[str] | None:
@@ -205,7 +229,12 @@ def _device_refs(step: Step) -> list[tuple[str, str]]:
         op = chosen(arg, SCRIPTS)
         return [(f"script.{op}", arg[op])]
     if step.action in ("taint", "untaint"):
-        return [(f"{step.action}.device", arg["device"])]
+        if "device" in arg:
+            return [(f"{step.action}.device", arg["device"])]
+        selector = arg.get("selector") or {}
+        device = selector.get("device")
+        # A device name that is no DEV form (the API's own names only) is still looked up: a typo is likelier.
+        return [(f"{step.action}.selector.device", device)] if isinstance(device, str) else []
     return []
 
 
@@ -286,6 +315,23 @@ def _socket_lengths(step: Step, subjects: list[SubjectSpec], path: str, where: A
         whose = f" (subject {spec.name}, sandbox {sandbox.parent}/)" if len(subjects) > 1 else \
             f" (sandbox {sandbox.parent}/)"
         problems += [f"{where(f'{path}.args[{o.index}]')}: {o.describe()}{whose}" for o in overflows(spec, args, dirs)]
+    return problems
+
+
+def _update_defect(step: Step, subjects: list[SubjectSpec], path: str, where: Any) -> list[str]:
+    """A rolling update's `defect:` names a mutant of every subject the file runs (its subject's and its cases'),
+    which the new instance runs as, as `--defect NAME` runs the first: a subject that has no such defect, or none
+    at all to run (no defect_args: not a reference subject), would start a new instance that is not the mutant."""
+    defect = step.options.get("defect") if step.action == "plugin" and step.arg == "rolling-update" else None
+    if not isinstance(defect, str) or defect == NO_DEFECT:
+        return []
+    problems = []
+    for spec in subjects:
+        if not spec.defect_args:
+            problems.append(f"{where(f'{path}.defect')}: {spec.name} has no defects to run the new instance as "
+                            "(only a subject with defect_args, such as the reference subjects, runs one)")
+        else:
+            problems += _defect(spec, defect, where(f"{path}.defect"))
     return problems
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from harness.controlplane.client import ApiError
 from harness.controlplane.taints import BLOCKING, NO_EXECUTE, describe_taint, device_taints
 from harness.instruments.dials import DIAL
 from harness.instruments.grpcutil import status_of
@@ -319,7 +320,10 @@ class Conditions:
         events = [e for e in self.env.timeline.events() if e.kind in kinds and e.get("pod_uid") == pod.key]
         if not events:
             return pod.phase, pod.reason
-        last = events[-1]
+        # Gone from the API server is final, whatever the kubelet still does for the pod: a delete with grace period
+        # 0 removes it before the kubelet has stopped it, so its pod.killing comes after.
+        gone = [e for e in events if e.kind == "pod.deleted"]
+        last = gone[-1] if gone else events[-1]
         return kinds[last.kind], str(last.get("error") or last.get("reason") or "")
 
     def _real_phase(self, pod: Any) -> tuple[str, str]:
@@ -438,12 +442,19 @@ class Conditions:
         node = self.env.node
         if not node.running:
             return False, "no status: the kubelet is not running"
-        fake = node if isinstance(node, FakeNode) else None
-        if self.stage.is_dra and fake is not None:
-            status = fake.claim_resources_status(pod.key)
-        elif self.stage.is_dra and pod.api is not None:  # a real node's DRA pod, as the API server shows it
+        env: Any = self.env
+        if self.stage.is_dra and pod.api is not None and getattr(env, "client", None) is not None:
+            # What the kubelet posted, as the API server shows it, on either kubelet: the fake one posts when a
+            # real one does (a health message that changed a device, a pod sync), never when it is read.
             meta = pod.api["metadata"]
-            status = node.allocated_resources_status_of(meta["namespace"], meta["name"])  # type: ignore[union-attr]
+            try:
+                got = env.client.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+            except ApiError as err:
+                return False, f"no status: pod {pod.name} not read ({err})"
+            status = {c.get("name", ""): c.get("allocatedResourcesStatus") or []
+                      for c in (got.get("status") or {}).get("containerStatuses") or []}
+        elif self.stage.is_dra:
+            return False, f"no status: pod {pod.name} was never made on the node ({pod.created})"
         else:
             status = node.allocated_resources_status(pod.key)
         health = [r.get("health") for entries in status.values() for entry in entries
@@ -570,7 +581,7 @@ class Conditions:
             return True, f"{method} held in flight by kubelet instance {holding[0]}"
         if hold.released:
             return False, f"{method} released"
-        return False, (f"the {method} held ended with the kubelet that held it" if hold.received()
+        return False, (f"the {method} held ended: {hold.ended()}" if hold.received()
                        else f"no {method} received yet")
 
     def _slices(self, want: dict[str, Any]) -> tuple[bool, str]:
@@ -584,10 +595,10 @@ class Conditions:
         node = self.env.node
         if not node.running:
             return False, "no device health: the kubelet is not running"
-        cache = node.dra.health_cache if isinstance(node, FakeNode) and node.dra is not None else None
+        cache = health_cache_of(node)
         if cache is None:
-            raise Inconclusive("device_health reads the fake kubelet's DRAResourceHealth cache: this kubelet has "
-                               "none in fakelet's reach (a pod's resources_status reads the same)")
+            raise Inconclusive("device_health reads the kubelet's DRAResourceHealth cache: the fake kubelet's own, "
+                               "or the DRA relay's copy from the wire in front of a real one; this node has neither")
         env: Any = self.env
         pools = {d.get("name"): str(((sl.get("spec") or {}).get("pool") or {}).get("name", ""))
                  for sl in env.slices() for d in (sl.get("spec") or {}).get("devices") or []}
@@ -600,7 +611,8 @@ class Conditions:
                 if got != health:
                     return False, f"the kubelet holds {device} {got or 'Unknown'} (wanted {health}); " + \
                         ", ".join(seen[:-1])
-        return True, "device health: " + ", ".join(seen)
+        source = "" if isinstance(node, FakeNode) else " (the relay's copy of the real kubelet's cache)"
+        return True, "device health: " + ", ".join(seen) + source
 
     def _taints(self, want: dict[str, Any]) -> tuple[bool, str]:
         """The driver's own taints that keep claims away, on the devices allowed only (DRA-TNT-01: that device
@@ -618,6 +630,15 @@ class Conditions:
                 return False, f"{what} on {shown} (allowed only on {', '.join(sorted(allowed)) or 'none'})"
         tainted = sorted(d for d, ts in taints.items() if any(t.get("effect") in BLOCKING for t in ts))
         return True, f"the driver's taints on {', '.join(tainted) or 'no device'}"
+
+
+def health_cache_of(node: Any) -> Any:
+    """The DRAResourceHealth cache that stands for the kubelet's: the fake kubelet's, or on a real node the one
+    the DRA relay keeps from the health streams it carries (the same code, fed the same messages)."""
+    if isinstance(node, FakeNode):
+        return node.dra.health_cache if node.dra is not None else None
+    relay = getattr(getattr(node, "shell", None), "dra_relay", None)
+    return relay.health_cache if relay is not None else None
 
 
 def is_state(key: str, want: Any) -> bool:

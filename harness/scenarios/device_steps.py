@@ -6,18 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from fake_devices.scripts import ecc_burst, flap, run_script, temperature_ramp, unplug_replug
+from harness.controlplane.client import ApiError
 from harness.scenarios.outcomes import Inconclusive
 from harness.scenarios.state import StageState
-from harness.scenarios.step import Step
-from harness.scenarios.vocabulary import DEVICE_OPS, SCRIPTS, chosen, duration_s
+from harness.scenarios.step import Step, flow
+from harness.scenarios.vocabulary import DEFAULT_TAINT_KEY, DEVICE_OPS, SCRIPTS, SELECTOR_WORDS, chosen, duration_s
 
 
 class DeviceSteps(StageState):
     def device(self, ref: str) -> str:
         """An inventory device ID from DEV: an ID, @N, or @pod:NAME."""
-        env = self.env
-        ids = [d.id for d in env.devices.devices()] if env.devices is not None else \
-            [d["id"] for d in env.inventory or []]
+        ids = self._inventory_ids()
         if ref.startswith("@pod:"):
             return self._pod_device(ref[5:])
         if ref.startswith("@"):
@@ -87,22 +86,83 @@ class DeviceSteps(StageState):
         self.tell(f"fault script {name} done")
 
     def _do_taint(self, step: Step) -> None:
+        """A DeviceTaintRule: for one device (its driver, pool and name), or with the step's own selector."""
         env = self._dra()
-        device = self.device(step.arg["device"])
+        arg = step.arg
+        effect = arg.get("effect", "NoExecute")
+        key = arg.get("key", DEFAULT_TAINT_KEY)
+        device = self.device(arg["device"]) if "device" in arg else None
+        if device is not None:
+            selector = {"driver": env.driver, "pool": self._pool_of(device), "device": device}
+            default = f"{env.node_name}-{device}"
+        else:
+            selector = self._selector(arg["selector"])
+            default = f"{env.node_name}-step-{step.index}"  # unique in the run; untaint finds it by its selector
+        name = f"{env.node_name}-{arg['name']}" if "name" in arg else default
         assert env.taint_rules is not None
-        pool = self._pool_of(device)
-        effect = step.arg.get("effect", "NoExecute")
-        key = step.arg.get("key", "fakelet.example.com/scenario")
-        rule = env.taint_rules.add(f"{env.node_name}-{device}", {"key": key, "effect": effect},
-                                   driver=env.driver, pool=pool, device=device)
-        self.tell(f"DeviceTaintRule {rule['metadata']['name']} taints {device} {key}:{effect}")
+        try:
+            rule = env.taint_rules.add(name, {"key": key, "effect": effect}, **selector)
+        except ApiError as err:
+            raise Inconclusive(f"the API server refused DeviceTaintRule {name}: {err}") from None
+        self.rules[name] = {"selector": selector, "device": device}
+        spec = rule.get("spec") or {}
+        stored = spec.get("deviceSelector")  # as the API server keeps it: what the eviction controller reads
+        # The same event as a live session's taint (harness/run/sessionops.py), with the stored selector.
+        env.timeline.record("fault.taint_added", "harness", device=device, effect=effect, key=key,
+                            rule=rule["metadata"]["name"], selector=stored, version=env.taint_rules.version,
+                            time_added=(spec.get("taint") or {}).get("timeAdded"))
+        what = device if device is not None else f"what deviceSelector {_flow(stored)} selects"
+        if stored == {}:
+            what += " (the empty selector: every device of every driver in the cluster)"
+        self.tell(f"DeviceTaintRule {rule['metadata']['name']} ({env.taint_rules.version}) taints {what} "
+                  f"{key}:{effect}")
+
+    def _selector(self, given: dict[str, Any]) -> dict[str, str]:
+        """A step's selector with its words and device references resolved: what the rule's deviceSelector holds."""
+        env = self._dra()
+        out: dict[str, str] = {}
+        for key, value in given.items():
+            if value == SELECTOR_WORDS.get(key):
+                out[key] = env.driver if key == "driver" else env.node_name
+            elif key == "device":
+                # An inventory ID, @N or @pod:NAME names the device as the driver publishes it.
+                out[key] = self.device(value) if value.startswith("@") or value in self._inventory_ids() else value
+            else:
+                out[key] = str(value)
+        return out
+
+    def _inventory_ids(self) -> list[str]:
+        env = self.env
+        return [d.id for d in env.devices.devices()] if env.devices is not None else \
+            [d["id"] for d in env.inventory or []]
 
     def _do_untaint(self, step: Step) -> None:
+        """Remove what an earlier taint step made: the rules made for a device, the rule of a name, or those with
+        the same selector."""
         env = self._dra()
-        device = self.device(step.arg["device"])
+        arg = step.arg
         assert env.taint_rules is not None
-        env.taint_rules.remove(f"{env.node_name}-{device}")
-        self.tell(f"DeviceTaintRule on {device} removed")
+        device = self.device(arg["device"]) if "device" in arg else None
+        if device is not None:
+            names = [n for n, made in self.rules.items() if made["device"] == device]
+            what = f"on {device}"
+        elif "rule" in arg:
+            names, what = [f"{env.node_name}-{arg['rule']}"], f"named {arg['rule']}"
+        else:
+            wanted = self._selector(arg["selector"])
+            names = [n for n, made in self.rules.items() if made["device"] is None and made["selector"] == wanted]
+            what = f"with deviceSelector {_flow(wanted)}"
+        if not names:
+            raise Inconclusive(f"no DeviceTaintRule of this scenario {what}: nothing to remove")
+        for name in names:
+            try:
+                env.taint_rules.remove(name)
+            except ApiError as err:
+                why = "no such rule" if err.status == 404 else str(err)
+                raise Inconclusive(f"DeviceTaintRule {name} ({what}) not removed: {why}") from None
+            self.rules.pop(name, None)
+        env.timeline.record("fault.taint_removed", "harness", device=device, rules=names)
+        self.tell(f"DeviceTaintRule {', '.join(names)} ({what}) removed")
 
     def _dra(self) -> Any:
         from harness.world.draenv import DRAEnv
@@ -119,3 +179,8 @@ class DeviceSteps(StageState):
                 if d.get("name") == device:
                     return str(((s.get("spec") or {}).get("pool") or {}).get("name", ""))
         return env.node_name
+
+
+def _flow(selector: Any) -> str:
+    """A deviceSelector as a scenario file writes it: {} is the empty one, never nothing."""
+    return "{" + flow(selector) + "}" if isinstance(selector, dict) else "(none)"

@@ -13,34 +13,53 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.node.real.cluster import POD_START_TIMEOUT_S
+from harness.scenarios.pod_steps import PROGRESS_EVERY_S
 from harness.scenarios.vocabulary import (
     ACTIONS,
+    CALL_KINDS,
     CHECKPOINT_FAULTS,
     COMPARISONS,
     CONDITION_REQUIRED,
     CONDITION_SHAPES,
     CONDITIONS,
     COUNT_WORDS,
+    DEFAULT_TAINT_KEY,
     DEVICE_OPS,
+    DEVICE_TOLERATION_EFFECTS,
     DEVICE_VALUE,
     DEVICE_VALUE_MAX,
     DP_ONLY,
     DP_ONLY_ACTIONS,
     DRA_ONLY,
+    DRA_SOCKET_WORDS,
+    DRIVER_NAME_MAX,
     HOLDABLE_CALLS,
     KUBELET_CALLS,
     KUBELET_OPS,
+    KUBELET_SOCKET_WORDS,
     MAX_DURATION_S,
+    MAX_GRACE_PERIOD_S,
     MAX_RAMP_STEPS,
+    MAX_TOLERATION_S,
+    MAX_TOLERATIONS,
+    NO_DEFECT,
     NVML_CONTROLS,
     PLUGIN_CALLS,
     PLUGIN_OPS,
+    POD_CREATE_KEYS,
+    POD_DELETE_KEYS,
     POD_RESOURCES_SHAPES,
+    POD_TOLERATION_EFFECTS,
+    POOL_NAME_MAX,
+    REJECTABLE_CALLS,
     RESOURCE_SHAPE,
     SCRIPTS,
+    SELECTOR_WORDS,
     STORIES,
     TAINT_EFFECTS,
     TEMPERATURES,
+    TOLERATION_OPERATORS,
 )
 from harness.spec.subjects import PLACEHOLDERS
 
@@ -64,26 +83,50 @@ STEP_MEANING = {
     "kubelet": "Start, stop, restart or reboot the kubelet (the fake one, or the real node's).",
     "plugin": "Start, stop, kill or restart the subject, or roll it over to a second instance.",
     "pod": "Create or delete a pod that asks for devices. A pod created while the kubelet is down is admitted "
-           "when it starts; a DRA pod gets one claim for N devices, through the real scheduler path.",
+           "when it starts; a DRA pod gets one claim for N devices, through the real scheduler path. Each wait "
+           f"(for the pod to run, to be gone) says its bound and, every {PROGRESS_EVERY_S:g} s while it runs, how "
+           "long of it has passed. A pod not running at the bound is narrated as given up and the scenario goes on "
+           "(its phase is the node's); a pod not gone at the bound makes the run inconclusive. A pod created "
+           "again after its delete step gets its old names in the API server (its old claim deleted first), as a "
+           "manifest applied again does. A key the node cannot honour makes the run inconclusive, saying why: the fake "
+           "kubelet's device-plugin pods are no Pod objects, so they take no grace_period or tolerations.",
     "device": "Change one fake device (what `fakelet devices` does in a live session), or make the fake NVML "
               "library fail.",
     "script": "A timed fault script on one device: it runs in the background; the next steps go on at once.",
-    "taint": "Taint a device with a DeviceTaintRule (DRA).",
-    "untaint": "Remove the DeviceTaintRule of a device (DRA).",
+    "taint": "Make a DeviceTaintRule (DRA): for one device (its driver, pool and name), or with a deviceSelector of "
+             "your own (driver, pool, device, each optional; {} is the empty selector, which selects every device "
+             "of every driver in the cluster, as the API specifies). The kube-controller-manager's device-taint "
+             "eviction controller evicts the pods on what a NoExecute rule selects, on either kubelet.",
+    "untaint": "Remove DeviceTaintRules an earlier taint step made: those for a device, the one of a name, or those "
+               "with the same selector (DRA).",
     "hold": "Let time pass: a fault's duration (the kubelet stays down 5 s). Never a sync point: wait for what "
-            "you need instead. With {call: Register}: keep the plugin's next Register in flight, unanswered, "
-            "until a release step or the end of the run (the fake kubelet's fault plan; on a real kubelet, the "
-            "relay's, on the wire), so that a fault can happen while it is being answered.",
-    "release": "Let a call held by `hold: {call: ...}` go on to the kubelet.",
+            "you need instead. With {call: CALL}: keep the kubelet's next call of CALL in flight until a release "
+            "step, until the kubelet that holds it stops (its call dies with it), or, for a DRA call, until the "
+            "kubelet's own deadline on it passes (45 s, dra_plugin.go defaultClientCallTimeout; Allocate has none), "
+            "so that a fault can happen meanwhile. Register, the call the kubelet serves, is held unanswered: the "
+            "plugin waits. Allocate, NodePrepareResources and NodeUnprepareResources, calls the kubelet makes, "
+            "reach the plugin, and its answer is held back from the kubelet: the plugin has done its part "
+            "(allocated; prepared, its CDI spec written) and the kubelet has not heard, the window that a kubelet "
+            "restart or a pod deletion hits in the reported bugs (kubernetes#116411). The running kubelet's fault "
+            "plan holds it, or, if none runs, the next one started's: on the fake kubelet its own (its registration "
+            "service, its device manager's and DRA manager's clients), on a real kubelet the relay's, on the wire. "
+            "A pod step whose pod meets the held call returns once it is held, the pod waiting (Pending; "
+            "Terminating for a held NodeUnprepareResources).",
+    "release": "Let a call held by `hold: {call: ...}` go on: the kubelet answers the held Register, or gets the "
+               "plugin's answer to the held call it made. A no-op, narrated, once the call has ended otherwise.",
     "reject": "Make the kubelet refuse the next Register it receives with an error answer, as a kubelet that "
               "rejects a registration does (the running kubelet's fault plan, or, if none runs, the next one "
               "started; on a real kubelet, the relay's, on the wire). A correct plugin retries, or exits non-zero "
               "for its DaemonSet to start it again (DP-REG-07): when the kubelet it was armed for starts, the step "
               "waits for the rejected call and the plugin's reaction, and starts a plugin that exited non-zero "
               "again, as its DaemonSet would.",
-    "socket": "Delete a socket, as a bug report's manual `rm` does: the kubelet's kubelet.sock, the plugin's "
-              "registered endpoint, or a socket by file name in the device-plugins directory (never outside "
-              "the sandbox). On a real kubelet the deletion in its directory reaches the plugin through the relay.",
+    "socket": "Delete a socket, as a bug report's manual `rm` does; whoever serves it keeps serving the deleted "
+              "path. A device plugin's: the kubelet's kubelet.sock, the plugin's registered endpoint, or a socket by "
+              "file name in the device-plugins directory. A DRA driver's: its registration socket in "
+              "plugins_registry (the kubelet's plugin watcher sees it go and deregisters the driver), the endpoint "
+              "it registered (its dra.sock: open connections go on, new dials find nothing), or a socket by file "
+              "name in plugins_registry or plugins/<driver>. Never outside the sandbox. On a real kubelet the "
+              "relay (the DP relay, the DRA relay) mirrors the deletion to the kubelet's side.",
     "wait": "A precondition: wait until every condition holds. If it never holds within the bound, the run is "
             "inconclusive (the scenario could not get where the report starts).",
     "expect": "The correct behaviour: every condition must hold within the bound (or for the whole span of "
@@ -109,8 +152,9 @@ OP_MEANING = {
         "kill": "SIGKILL: no cleanup",
         "restart": "SIGTERM, then start it again",
         "crash": "SIGKILL, then start it again (its DaemonSet restarts it)",
-        "rolling-update": "a DaemonSet update with surge: a second instance (the command plus args) starts and "
-                          "registers while the first serves; then the first gets SIGTERM",
+        "rolling-update": "a DaemonSet update with surge: a second instance (the command plus args; with defect, "
+                          "the subject's command as that mutant) starts and registers while the first serves; then "
+                          "the first gets SIGTERM",
     },
     "device": {
         "fail": "the device turns unhealthy", "recover": "it is healthy again",
@@ -149,10 +193,13 @@ CONDITION_MEANING = {
     "cdi": ("whether the CDI spec files define the devices of a pod's claims (gone: its claims' own devices; "
             "a device every claim shares may stay)"),
     "dialed": "the kubelet's dials of one socket",
-    "held": "a call held by `hold: {call: ...}` reached the kubelet side and is being held",
+    "held": "a call held by `hold: {call: ...}` is in flight now: the kubelet's Register unanswered, or the "
+            "plugin's answer to a call the kubelet made held back from it (not released, its kubelet running, its "
+            "deadline not passed)",
     "slices": "the devices the driver published in its ResourceSlices",
-    "device_health": "each device's health as the kubelet holds it from the driver's DRAResourceHealth stream: "
-                     "what the allocatedResourcesStatus of a pod on that device reads",
+    "device_health": "each device's health as the kubelet holds it from the driver's DRAResourceHealth stream "
+                     "(Unknown once timed out or its stream ended): what a pod on that device shows at its "
+                     "status's next post",
     "taints": "the taints the driver publishes on its devices in its ResourceSlices that keep claims away "
               "(NoSchedule, NoExecute; a DeviceTaintRule's are not the driver's)",
     "not": "holds when the conditions under it do not all hold",
@@ -182,7 +229,8 @@ KEY_MEANING = {
     ("device_health", "unhealthy"): "devices the kubelet must hold Unhealthy",
     ("taints", "only"): "the devices that may carry such a taint: any other that does breaks it",
     ("taints", "no_execute"): "the devices that may carry a NoExecute taint: any other that does breaks it",
-    ("held", "call"): "the held call (Register)",
+    ("held", "call"): "the held call (Register or Allocate for a device plugin; NodePrepareResources or "
+                      "NodeUnprepareResources for a DRA driver)",
     ("pod_resources", "pod"): "the pod (List, or Get for it alone)",
     ("pod_resources", "resource"): "whose devices to count",
     ("pod_resources", "devices"): "how many devices of that resource (DRA: the claims' devices of the driver)",
@@ -208,13 +256,18 @@ OBSERVED = {
     "pod": "fake and real (on the real node, the Pod as the API server shows it)",
     "pod_devices": "fake and real (their PodResources List)",
     "pod_resources": "fake; real when its PodResources socket is in fakelet's reach (else inconclusive)",
-    "resources_status": "fake and real (on the real node, the Pod's status from the API server)",
-    "calls": WIRE, "dialed": WIRE, "held": "fake and real (the relay holds it on the wire)",
+    "resources_status": "fake and real (a DRA pod's status as the API server shows it, as the kubelet posted it: "
+                        "after a health message that changed a device, or at a pod sync, never when read)",
+    "calls": WIRE, "dialed": WIRE,
+    "held": "fake and real (the fake kubelet's fault plan; on the real node the relay holds it on the wire: the DP "
+            "relay's Register and Allocate, the DRA relay's NodePrepareResources and NodeUnprepareResources)",
     "checkpoint": "fake and real (the real node's own file, read in its private /var/lib/kubelet)",
     "cdi": "fake and real (the CDI dir)", "slices": "fake and real (ResourceSlices on the API server)",
     "taints": "fake and real (ResourceSlices on the API server)",
-    "device_health": "fake only (the fake kubelet's health cache; on the real node: inconclusive, a pod's "
-                     "resources_status reads the same)",
+    "device_health": "fake and real (the fake kubelet's health cache; on the real node the DRA relay's copy, "
+                     "upstream's cache rules applied to the health messages it carries to the kubelet: evidence "
+                     "of what the driver sent and when, not of the real kubelet's cache code, whose bugs show "
+                     "in resources_status)",
     "not": "as its conditions",
 }
 COUNTED = {
@@ -277,8 +330,60 @@ def _only(name: str) -> tuple[str, ...]:
     return ()
 
 
+def _holdable() -> str:
+    """The calls `hold`, `release` and `held` take, each with the kind of scenario it is for."""
+    whose = {"device-plugin": "device plugins", "dra": "DRA"}
+    return "; ".join(f"{' | '.join(c for c in HOLDABLE_CALLS if CALL_KINDS[c] == kind)} ({words})"
+                     for kind, words in whose.items())
+
+
 def _only_action(name: str) -> tuple[str, ...]:
     return ("device plugins only (kind: device-plugin).",) if name in DP_ONLY_ACTIONS else ()
+
+
+TOLERATION_FORM = "{" + ", ".join(f"{k}: {v}" for k, v in (
+    ("key", "K"), ("operator", " | ".join(TOLERATION_OPERATORS)), ("value", "V"), ("effect", "E"),
+    ("toleration_seconds", "N"))) + "}"
+# The pod step's keys, one meaning each (steps() lists them in the validator's order, POD_CREATE_KEYS then
+# POD_DELETE_KEYS, so a key the validator takes cannot go undocumented).
+POD_KEYS = {
+    "create": Key("create", "NAME (lower-case letters, digits, '-')", "(one of create and delete)",
+                  "the pod to create"),
+    "devices": Key("devices", "N (0 to 64)", "1", "with create: how many devices it asks for"),
+    "grace_period": Key(
+        "grace_period", f"S, whole seconds (0 to {MAX_GRACE_PERIOD_S})",
+        "(not given: the node's own, 1 s; on delete, the pod's)",
+        "with create: the Pod's spec.terminationGracePeriodSeconds; with delete: the DeleteOptions' "
+        "gracePeriodSeconds (kubectl delete --grace-period). 0 removes the Pod from the API server at once, "
+        "before the kubelet has stopped it or unprepared its claims (pkg/registry/core/pod/strategy.go "
+        "CheckGracefulDelete), as kubectl delete --grace-period=0 --force does (kubectl alone turns 0 into 1)"),
+    "tolerations": Key(
+        "tolerations", f"[{TOLERATION_FORM}, ...] (1 to {MAX_TOLERATIONS})", "(not given: none)",
+        "with create: what the pod tolerates. A DRA pod's go to its claim's device request "
+        "(spec.devices.requests[].exactly.tolerations, resource.k8s.io/v1 DeviceToleration): they let the "
+        "scheduler allocate, and the eviction controller leave, a device a DeviceTaintRule or its driver taints; "
+        f"effect {' | '.join(DEVICE_TOLERATION_EFFECTS)}. A device-plugin pod's are its spec.tolerations (core/v1 "
+        f"Toleration, node taints; effect {' | '.join(POD_TOLERATION_EFFECTS)}), on the real node in place of the "
+        "toleration of every taint it gives its pods otherwise. operator defaults to Equal; no key needs Exists; "
+        f"Exists takes no value; toleration_seconds (0 to {MAX_TOLERATION_S}, tolerationSeconds) goes with "
+        "effect NoExecute; no effect matches every effect"),
+    "timeout": Key(
+        "timeout", "S", "a DRA pod: the reaction bound plus the DRA call timeout, 30 + 45 = 75 s; a device-plugin "
+        f"pod on the real node: {POD_START_TIMEOUT_S:g} s; the fake kubelet's device-plugin pods: nothing waits",
+        "the bound of the step's wait: with create, for the pod to run (its claims prepared); with delete, for "
+        "the Pod to be gone from the API server"),
+    "delete": Key("delete", "NAME", "(one of create and delete)", "the pod to delete"),
+}
+
+
+POD_FORM = {"create": "NAME", "delete": "NAME", "devices": "N", "grace_period": "S", "tolerations": "[...]",
+            "timeout": "S"}
+
+
+def _pod_form(keys: tuple[str, ...]) -> str:
+    """{create: NAME, [devices: N], ...}: the form's first key is required, the others optional."""
+    return "{" + ", ".join(f"{k}: {POD_FORM[k]}" if n == 0 else f"[{k}: {POD_FORM[k]}]"
+                           for n, k in enumerate(keys)) + "}"
 
 
 def steps() -> list[Entry]:
@@ -293,7 +398,8 @@ def steps() -> list[Entry]:
               (Key("checkpoint", " | ".join(CHECKPOINT_FAULTS), "(not given: the checkpoint as it is)",
                    "with start, restart, restart-keep-sockets or reboot: the device-manager checkpoint is deleted "
                    "(lost) or overwritten with garbage (corrupt) before the kubelet starts"),)),
-        Entry("plugin", "step", f"plugin: {' | '.join(PLUGIN_OPS)}  [during: CALL]  [args: [ARG, ...]]",
+        Entry("plugin", "step", f"plugin: {' | '.join(PLUGIN_OPS)}  [during: CALL]  [args: [ARG, ...]]  "
+              f"[defect: NAME | {NO_DEFECT}]",
               STEP_MEANING["plugin"], tuple(OP_MEANING["plugin"].items()),
               (Key("during", " | ".join(PLUGIN_CALLS), "(not given: it dies at once)",
                    "kill and crash only: SIGKILL as the kubelet sends its next call of this method, before the "
@@ -305,12 +411,16 @@ def steps() -> list[Entry]:
                    + ", ".join("{" + p + "}" for p in PLACEHOLDERS["dra"] if p not in PLACEHOLDERS["device-plugin"])
                    + "; an unknown one is an error before the run. {free_port} is a new port. A socket path an "
                    "argument makes (a .sock path or name, a DRA driver's --pod-uid sockets) that a unix socket "
-                   "address cannot hold (107 bytes) is an error before the run, with its length."))),
-        Entry("pod", "step", "pod: {create: NAME, devices: N} | {delete: NAME}", STEP_MEANING["pod"], (),
-              (Key("create", "NAME (lower-case letters, digits, '-')", "(one of create and delete)",
-                   "the pod to create"),
-               Key("devices", "N (0 to 64)", "1", "with create: how many devices it asks for"),
-               Key("delete", "NAME", "(one of create and delete)", "the pod to delete"))),
+                   "address cannot hold (107 bytes) is an error before the run, with its length."),
+               Key("defect", f"NAME | {NO_DEFECT}", "(not given: the old instance's command)",
+                   "rolling-update only: the new instance runs as that mutant of the subject (one of its defects, "
+                   "as --defect NAME makes one of the first), its command the subject's own plus the defect's "
+                   f"arguments and args; {NO_DEFECT}: the subject's command without a defect. An upgrade from a "
+                   "correct plugin to a buggy one, or back. `fakelet scenario check` refuses a name that is not a "
+                   "defect of every subject the file runs (only subjects with defects, such as the reference ones, "
+                   "have any)."))),
+        Entry("pod", "step", f"pod: {_pod_form(POD_CREATE_KEYS)} | {_pod_form(POD_DELETE_KEYS)}",
+              STEP_MEANING["pod"], (), tuple(POD_KEYS[k] for k in dict.fromkeys((*POD_CREATE_KEYS, *POD_DELETE_KEYS)))),
         Entry("device", "step", "device: {OP: DEV[, KEY: VALUE]}", STEP_MEANING["device"],
               tuple((op, OP_MEANING["device"][op] + (f"; takes {DEVICE_VALUE[op]}: "
                                                       f"{VALUE_KEY_MEANING[DEVICE_VALUE[op]][0]}"
@@ -327,21 +437,40 @@ def steps() -> list[Entry]:
               tuple(Key(k, VALUE_KEY_MEANING[k][0] if k not in ("cycles", "count") else "N (1 to 1000)", "",
                         VALUE_KEY_MEANING[k][1]) for k in dict.fromkeys(k for ks in SCRIPTS.values() for k in ks)),
               (f"a ramp has at most {MAX_RAMP_STEPS} steps.",)),
-        Entry("taint", "step", "taint: {device: DEV, effect: EFFECT, key: KEY}", STEP_MEANING["taint"], (),
-              (Key("device", "DEV", "", "the device"),
+        Entry("taint", "step", "taint: {device: DEV | selector: SELECTOR, effect: EFFECT, key: KEY, [name: NAME]}",
+              STEP_MEANING["taint"], (),
+              (Key("device", "DEV", "(one of device and selector)",
+                   "one device: the rule selects its driver, pool and device name"),
+               Key("selector", "{[driver: D], [pool: P], [device: DEV]}", "(one of device and selector)",
+                   "the rule's deviceSelector, each key narrowing it; {} is the empty selector (every device in the "
+                   f"cluster). D: a driver name or {SELECTOR_WORDS['driver']} (the subject's); P: a pool name or "
+                   f"{SELECTOR_WORDS['pool']} (the pool named after the run's node); DEV as in the terms, or a "
+                   "device name. Each is checked as the API server checks it (a driver a DNS-1123 subdomain of at "
+                   f"most {DRIVER_NAME_MAX}, a pool's '/'-parts DNS-1123 subdomains, at most {POOL_NAME_MAX} in "
+                   "all, a device a DNS-1123 label)"),
                Key("effect", " | ".join(TAINT_EFFECTS), TAINT_EFFECTS[0], "the taint's effect"),
-               Key("key", "text", "fakelet.example.com/scenario", "the taint's key")), _only("taint")),
-        Entry("untaint", "step", "untaint: {device: DEV}", STEP_MEANING["untaint"], (),
-              (Key("device", "DEV", "", "the device"),), _only("untaint")),
+               Key("key", "text", DEFAULT_TAINT_KEY, "the taint's key (a label name)"),
+               Key("name", "NAME (a DNS-1123 label)", "(not given: named after the device, or the step)",
+                   "the rule's name, for untaint: {rule: NAME} (the object is <node>-NAME)")), _only("taint")),
+        Entry("untaint", "step", "untaint: {device: DEV} | {rule: NAME} | {selector: SELECTOR}",
+              STEP_MEANING["untaint"], (),
+              (Key("device", "DEV", "(one of device, rule and selector)", "the rules made for this device"),
+               Key("rule", "NAME", "(one of device, rule and selector)", "the rule a taint step named"),
+               Key("selector", "{[driver: D], [pool: P], [device: DEV]}", "(one of device, rule and selector)",
+                   "the rules made with this same selector")), _only("untaint")),
         Entry("hold", "step", "hold: S | {call: CALL}", STEP_MEANING["hold"], (),
-              (Key("call", " | ".join(HOLDABLE_CALLS), "(not given: a duration)", "the call to keep in flight"),)),
+              (Key("call", _holdable(), "(not given: a duration)", "the call to keep in flight"),)),
         Entry("release", "step", "release: {call: CALL}", STEP_MEANING["release"], (),
-              (Key("call", " | ".join(HOLDABLE_CALLS), "", "the held call to let go on"),), _only_action("release")),
+              (Key("call", _holdable(), "", "the held call to let go on"),), _only_action("release")),
         Entry("reject", "step", "reject: {call: CALL}", STEP_MEANING["reject"], (),
-              (Key("call", " | ".join(HOLDABLE_CALLS), "", "the call to refuse, once"),), _only_action("reject")),
-        Entry("socket", "step", "socket: {delete: kubelet | plugin | NAME}", STEP_MEANING["socket"], (),
-              (Key("delete", "kubelet | plugin | NAME", "", "kubelet.sock, the plugin's registered endpoint, or a "
-                   "socket's file name (no path)"),), _only_action("socket")),
+              (Key("call", " | ".join(REJECTABLE_CALLS), "", "the call to refuse, once"),), _only_action("reject")),
+        Entry("socket", "step", f"socket: {{delete: {' | '.join(KUBELET_SOCKET_WORDS)} | NAME}}  (device plugins)  "
+              f"| {{delete: {' | '.join(DRA_SOCKET_WORDS)} | NAME}}  (DRA)", STEP_MEANING["socket"], (),
+              (Key("delete", f"{' | '.join((*KUBELET_SOCKET_WORDS, *DRA_SOCKET_WORDS))} | NAME", "",
+                   "device plugins: kubelet.sock, the plugin's registered endpoint, or a socket's file name in the "
+                   "device-plugins directory; DRA drivers: registration (its socket in plugins_registry), service "
+                   "(the endpoint it registered), or a socket's file name in plugins_registry or plugins/<driver> "
+                   "(no path)"),), _only_action("socket")),
         Entry("wait", "step", "wait: CONDITIONS  [within: S]  [glimpse: true]", STEP_MEANING["wait"], (),
               (within, glimpse),
               (f"CONDITIONS: a mapping of {', '.join(CONDITIONS)} (fakelet scenario vocabulary CONDITION); all "
@@ -373,7 +502,7 @@ def conditions() -> list[Entry]:
                           (), _shape_keys(name, RESOURCE_SHAPE, tuple(RESOURCE_SHAPE)), tuple(notes))
         elif name == "held":
             entry = Entry(name, "condition", "held: {call: CALL}", CONDITION_MEANING[name], (),
-                          (Key("call", " | ".join(HOLDABLE_CALLS), "", KEY_MEANING[("held", "call")]),), tuple(notes))
+                          (Key("call", _holdable(), "", KEY_MEANING[("held", "call")]),), tuple(notes))
         elif name == "not":
             entry = Entry(name, "condition", "not: CONDITIONS", CONDITION_MEANING[name], (), (), tuple(notes))
         elif name == "pod_resources":

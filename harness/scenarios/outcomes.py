@@ -38,3 +38,4 @@ class PodRecord:
     claims: list[dict[str, Any]] = field(default_factory=list)
     cdi_ids: dict[str, list[str]] = field(default_factory=dict)  # claim uid -> CDI IDs at prepare
     created: str = ""  # when its create step gave up on it: why ("not admitted: ..."); "" when it ran as asked
+    options: dict[str, Any] = field(default_factory=dict)  # its create step's grace_period, tolerations, timeout

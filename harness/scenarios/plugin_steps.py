@@ -14,6 +14,7 @@ from harness.scenarios.outcomes import Inconclusive, Symptom
 from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.state import Crash, StageState
 from harness.scenarios.step import Step
+from harness.scenarios.vocabulary import NO_DEFECT
 from harness.spec.subjects import free_port, render
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
@@ -96,6 +97,28 @@ class PluginSteps(StageState):
         fresh = {**values, "free_port": str(free_port())}
         return [render(a, fresh, f"{step.where}.args[{n}]") for n, a in enumerate(args)]
 
+    def _new_command(self, step: Step, old_argv: list[str]) -> tuple[list[str], str]:
+        """The new instance's command before its `args:`, and how the narration says what it runs as. Without a
+        `defect:` it is the old instance's own. With one, it is the subject's command as the run rendered it (the
+        same placeholders, so the same sandbox), plus the subject's defect_args for that defect, as `--defect
+        NAME` makes a mutant of the first instance; `defect: none`, the subject's command alone: an upgrade from
+        a correct plugin to a buggy one, or back."""
+        defect = step.options.get("defect")
+        if defect is None:
+            return old_argv, ""
+        spec, values = self.env.spec, getattr(self.env, "placeholders", None)
+        if not values:
+            raise Inconclusive(f"{step.where}.defect: this node's subject was not started from its subject's "
+                               "command, so no mutant of it can be")
+        command = [render(a, values, spec.source) for a in spec.command]
+        if defect == NO_DEFECT:
+            return command, " without a defect"
+        if defect not in spec.defects or not spec.defect_args:
+            raise Inconclusive(f"{step.where}.defect: {defect!r} is not a defect of {spec.name} "
+                               f"(known: {', '.join(spec.defects) or 'none'})")
+        mutant = {**values, "defect": defect}
+        return [*command, *(render(a, mutant, spec.source) for a in spec.defect_args)], f" as mutant {defect}"
+
     def _rolling_update(self, step: Step, args: list[str]) -> None:
         """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while
         the old one still serves; then the old one gets SIGTERM.
@@ -113,12 +136,13 @@ class PluginSteps(StageState):
                                f"{too_long[0].describe()}")
         since = env.now()
         new = twin()
-        new.argv = [*new.argv, *args]
+        command, as_what = self._new_command(step, new.argv)
+        new.argv = [*command, *args]
         try:
             new.start()
         except LaunchError as err:
             raise Inconclusive(f"{step.where}: the new instance cannot start: {err}") from None
-        self.tell(f"rolling update: a second plugin instance started beside the first"
+        self.tell(f"rolling update: a second plugin instance started beside the first{as_what}"
                   f"{' with ' + ' '.join(args) if args else ''}")
         # While it starts, the new instance is the environment's subject: its exit, not the old one's, ends the
         # waits for its start-up and registration (env._exit_abort), at once rather than at the bound.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.instruments.userinput import MAX_SEED
+from harness.kubelet.versions import DEFAULT_KUBELET_VERSION
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import ACTIONS, check_step
 from harness.spec.subjects import KINDS, ProfileError, YamlDoc, load_yaml, parse_yaml
@@ -31,12 +32,95 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # repro files are named by 
 URL = re.compile(r"https://\S+")
 VERSION = re.compile(r"1\.\d{1,2}(\.\d{1,3})?")
 VERSION_RANGE = re.compile(r"(<|<=|>=|>)?\s*1\.\d{1,2}(\.\d{1,3})?(\s*,\s*(<|<=|>=|>)?\s*1\.\d{1,2}(\.\d{1,3})?)?")
-TOP_KEYS = {"title", "upstream", "correct", "bug", "kind", "subject", "defect", "seed", "nodes", "real", "cases",
-            "steps", "notes"}
+
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """What one key of a scenario file is, for people: docs/reference/scenario-file.md is rendered from these
+    (tools/docgen/scenario_file_page.py), and the key sets the loader accepts are their names, so a key cannot
+    be accepted and left undescribed."""
+
+    takes: str  # its type and the values it takes
+    meaning: str
+    example: str  # YAML, as it stands in a file
+    required: bool = False
+    default: str = ""  # what leaving it out means (required keys have none)
+
+
+TOP_FIELDS: dict[str, KeyDoc] = {
+    "title": KeyDoc("text", "the bug in a few words, as `fakelet scenario list` and the report show it",
+                    "title: allocatable stuck at 0 after the device plugin restarts", required=True),
+    "upstream": KeyDoc("an https:// link", "the bug's report (an issue or pull request); the bundled library "
+                       "requires one (tests/test_scenarios.py), a failed check's repro file has none",
+                       "upstream: https://github.com/kubernetes/kubernetes/issues/62773",
+                       default="none: the report says a failed check, replayed"),
+    "correct": KeyDoc("text", "what a correct system does: the behaviour the `expect` steps hold it to (a long "
+                      "text folds onto several lines after `>`, as in the whole file above)",
+                      "correct: After the plugin restarts, allocatable returns to the number of healthy devices.",
+                      required=True),
+    "bug": KeyDoc("text", "what the bug looks like: the symptom a failed `expect` shows",
+                  "bug: Allocatable stays 0 after the plugin restarts, while capacity is unchanged.", required=True),
+    "kind": KeyDoc(f"one of {', '.join(KINDS)}", "what the subject is, a device plugin or a DRA driver: it decides "
+                   "the default subject and which steps and conditions the file may use", "kind: device-plugin",
+                   required=True),
+    "subject": KeyDoc("a bundled subject of the file's kind (`fakelet subjects`)", "the subject a run uses unless "
+                      "--subject, --subject-file, --plugin-cmd or --image names another", "subject: reference-dp",
+                      default="the kind's reference subject: reference-dp or reference-dra"),
+    "defect": KeyDoc("a defect of the subject (`fakelet subjects`)", "the mutant a run uses unless --defect or "
+                     "another subject is given (a failed check's repro file names the one that failed)",
+                     "defect: stale-socket-crash", default="none: the subject as it ships"),
+    "seed": KeyDoc(f"a whole number from 0 to {MAX_SEED}", "the seed of fault schedules, as --seed (which replaces "
+                   "it)", "seed: 7", default="0"),
+    "nodes": KeyDoc(f"a list of {', '.join(NODES)}", "the kubelets the scenario can run on: fake (fakelet's own) "
+                    "and real (a real kubelet beside it; root). `--node` picks one; a case names its own",
+                    "nodes: [fake, real]", default="[fake]"),
+    "real": KeyDoc("a mapping of affected and fixed (the `real:` keys below); nodes must list real",
+                   "which real kubelet releases have the bug and which do not, as the report says: shown by "
+                   "`fakelet scenario show`, never checked", 'real: {affected: ">=1.9, <1.11", fixed: ">=1.11"}',
+                   default="not said"),
+    "cases": KeyDoc("a list of cases (the case keys below)", "the verdicts the file promises: each case a subject "
+                    "(or mutant) on a node and kubelet release, and its outcome. `fakelet scenario run NAME --case "
+                    "all` runs each and holds it to its promise; CI does so for the library",
+                    "cases:\n  - {subject: reference-dp, verdict: not reproduced}\n"
+                    "  - {subject: reference-dp, defect: stale-socket-crash, verdict: reproduced}",
+                    default="none: `--case` has nothing to run"),
+    "steps": KeyDoc("a non-empty list of steps (below)", "what happens, in order, each step bounded and narrated; "
+                    "at least one `expect`, `story` or `check` step says what correct is",
+                    "steps:\n  - kubelet: start\n  - plugin: start\n  - wait: {registered: true, allocatable: all}\n"
+                    "  - plugin: kill\n  - plugin: start\n  - expect: {allocatable: healthy}", required=True),
+    "notes": KeyDoc("text", "what a reader needs besides: what was read in which sources, why a case promises what "
+                    "it does; `fakelet scenario show` prints it", "notes: >\n  Read in v1.36.3's "
+                    "plugin/v1beta1 handler.go runClient.", default="none"),
+}
+CASE_FIELDS: dict[str, KeyDoc] = {
+    "verdict": KeyDoc(f"one of {', '.join(OUTCOMES)}", "the outcome promised for this case: reproduced (an expect "
+                      "failed: the bug shows), not reproduced (every expectation held), inconclusive (a step could "
+                      "not run, or a wait never held)", "verdict: reproduced", required=True),
+    "subject": KeyDoc("a bundled subject of the file's kind", "whose case it is", "subject: sample-device-plugin",
+                      default="the file's subject"),
+    "defect": KeyDoc("a defect of the case's subject", "the mutant the case runs", "defect: stale-socket-crash",
+                     default="none: the subject as it ships"),
+    "node": KeyDoc("one of the file's nodes", "the kubelet the case runs on", "node: real", default="fake"),
+    "kubelet_version": KeyDoc("a release like \"1.37\" (quote it: YAML reads 1.30 as a number)",
+                              "the kubelet release the case runs: on the real node a real kubelet of that release; "
+                              "on the fake node the fake kubelet's model of it, which differs from the default only "
+                              "by the release's named behaviours (the fake kubelet's releases, below)",
+                              'kubelet_version: "1.37"',
+                              default=f"the node's default release ({DEFAULT_KUBELET_VERSION})"),
+    "why": KeyDoc("text", "why the case gives its verdict; shown beside the case by `fakelet scenario show`",
+                  'why: "the fake kubelet imitates 1.36 by default"', default="none"),
+}
+REAL_FIELDS: dict[str, KeyDoc] = {
+    "affected": KeyDoc("a version range: '<1.29', '>=1.29' or '>=1.27, <1.29'", "the real releases with the bug",
+                       'affected: ">=1.25, <1.37"', default="not said"),
+    "fixed": KeyDoc("a version range, as affected", "the real releases without it", 'fixed: ">=1.37"',
+                    default="not said"),
+}
+TOP_KEYS = set(TOP_FIELDS)
 # upstream is required of the library (tests/test_scenarios.py); a failed check's repro file has none.
-REQUIRED = ("title", "correct", "bug", "kind", "steps")
-CASE_KEYS = {"verdict", "subject", "defect", "node", "kubelet_version", "why"}
-REAL_KEYS = {"affected", "fixed"}
+REQUIRED = tuple(k for k, doc in TOP_FIELDS.items() if doc.required)
+CASE_KEYS = set(CASE_FIELDS)
+REAL_KEYS = set(REAL_FIELDS)
 
 
 @dataclass(frozen=True)

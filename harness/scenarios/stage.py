@@ -46,6 +46,8 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         self.held_calls = {}
         self.rejects = []
         self.armed_rejects = []
+        self.admissions = []
+        self.rules = {}
 
     # -- narration -------------------------------------------------------------------------------
 
@@ -76,6 +78,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
 
     def close(self) -> None:
         self.release_all()
+        self.join_admissions()  # released, they end: none outlives its kubelet
         for hook in disarm_call_hooks(self.env.timeline):
             self.tell(f"the kubelet never sent {hook.method}: the crash armed for it did not happen")
         for crash in self.crashes:

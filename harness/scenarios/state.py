@@ -37,9 +37,15 @@ class StageState:
     held_calls: dict[str, Any]  # method -> the call `hold` armed (wire_steps.py HeldCall)
     rejects: list[str]  # calls `reject` armed while no kubelet ran: the next kubelet started refuses them
     armed_rejects: list[Any]  # those rejections as armed on the kubelet being started (instruments/faults.py Fault)
+    admissions: list[threading.Thread]  # device-plugin pods admitted beside a held Allocate (pod_steps.py)
+    rules: dict[str, dict[str, Any]]  # DeviceTaintRules made by taint steps: object name -> what made it
 
     def pod_phase(self, pod: PodRecord) -> str:
         """The pod's phase as the node reports it, in words (stage.py, through conditions.py)."""
+        raise NotImplementedError
+
+    def join_admissions(self) -> None:
+        """Wait for the fake kubelet's admissions run beside a held Allocate (pod_steps.py)."""
         raise NotImplementedError
 
     def start_kubelet(self, keep_sockets: bool = False) -> None:

@@ -10,26 +10,55 @@ Actions:
   kubelet: start | stop | restart | restart-keep-sockets | reboot   [checkpoint: lost | corrupt]
            | drop-health-stream   (DRA, fake kubelet: its NodeWatchResources stream to the driver ends as a
              broken connection ends it; the kubelet opens the next one 5 s later, dra_plugin_manager.go add())
-  plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]]
+  plugin:  start | stop | kill | restart | crash | rolling-update [args: [ARG, ...]] [defect: NAME | none]
            (rolling-update: a second instance, its command plus args, registers before the first stops; the
             reference DRA driver's args: [--pod-uid, UID] give it sockets of its own, <driver>-UID-reg.sock and
-            dra-UID.sock, as upstream kubeletplugin.RollingUpdate does;
+            dra-UID.sock, as upstream kubeletplugin.RollingUpdate does; defect: NAME runs the new instance as
+            that mutant of the subject (one of its defects, as --defect NAME would), none as the subject without
+            one: an upgrade from a correct plugin to a buggy one, or back; not given: the same as the old one;
             kill and crash take during: CALL, e.g. Allocate: SIGKILL as the kubelet sends that call; a
             plugin that answers within microseconds may get its answer out first, then its next call fails)
-  pod:     {create: NAME, devices: N} | {delete: NAME}     (a DRA pod gets one claim for N devices)
+  pod:     {create: NAME, devices: N, [grace_period: S], [tolerations: [TOLERATION, ...]], [timeout: S]}
+           | {delete: NAME, [grace_period: S], [timeout: S]}
+           (a DRA pod gets one claim for N devices. grace_period: on create the Pod's
+            spec.terminationGracePeriodSeconds, on delete the DeleteOptions' gracePeriodSeconds (0 removes the
+            Pod from the API server at once: kubectl delete --grace-period=0 --force); TOLERATION is
+            {key: K, operator: Equal | Exists, value: V, effect: E, toleration_seconds: N}: a DRA pod's claim's
+            device tolerations (what tolerates a DeviceTaintRule or a taint its driver publishes), a device-plugin
+            pod's spec.tolerations; timeout bounds the step's wait for the pod to run or to be gone (not given:
+            a DRA pod's is the reaction bound plus the DRA call timeout, 75 s; a device-plugin pod's on the real
+            node 60 s). A node that cannot honour a key makes the run inconclusive, saying why (the fake
+            kubelet's device-plugin pods are no Pod objects); a pod created again after its delete step gets its
+            old names in the API server, as a manifest applied again does)
   device:  {fail|recover|unplug|plug: DEV} | {heat|cool: DEV, to: C} | {ecc: DEV, count: N} | {xid: DEV, code: N}
            | {nvml-init-error: CODE} | {nvml-wait-error: CODE}      (NVML return codes; 0 works again)
   script:  {flap: DEV, period: S, cycles: N} | {ramp: DEV, from: C, to: C, step: C, period: S}
            | {unplug-replug: DEV, down: S} | {ecc-burst: DEV, count: N, period: S}
-  taint:   {device: DEV, effect: NoExecute | NoSchedule, key: K}     (DRA: a DeviceTaintRule)
-  untaint: {device: DEV}
+  taint:   {device: DEV, effect: NoExecute | NoSchedule, key: K, [name: R]}   (DRA: a DeviceTaintRule on one device:
+             its driver, pool and name)
+           | {selector: {[driver: D], [pool: P], [device: DEV]}, effect, key, [name: R]}
+             a DeviceTaintRule with that deviceSelector (resource.k8s.io v1beta2 DeviceTaintSelector): every key
+             optional, each one given narrows it; `selector: {}` is the empty selector, which matches every device
+             of every driver in the cluster (types.go: "The empty selector matches all devices"). D: a driver name
+             or @driver (the subject's); P: a pool name or @node (the pool named after the run's node); DEV as
+             below. name: R names the rule for untaint (made unique per run: <node>-R)
+  untaint: {device: DEV} | {rule: R} | {selector: {...}}   the rules an earlier taint made for that device, of that
+             name, or with that same selector
   hold:    S          (a fault's duration, e.g. the kubelet stays down 5 s; never a sync point)
-  hold:    {call: Register}   (device plugins) the kubelet holds the next Register it receives in flight,
-                      unanswered: the running kubelet's, or, if none runs or it gets none, the next one started.
-                      It stays held until `release` or until the kubelet holding it stops (a kubelet restart
-                      while Register is being answered). `wait: {held: {call: Register}}` waits for it.
-  release: {call: Register}   the held call goes on and the kubelet answers it (a no-op, narrated, when the
-                      kubelet that held it has stopped since: the call ended with it)
+  hold:    {call: CALL}   the next CALL of the kubelet's is held in flight: the running kubelet's, or, if none
+                      runs or it gets none, the next one started's. Register (device plugins), the call the kubelet
+                      serves, is held unanswered: the plugin waits. Allocate (device plugins), NodePrepareResources
+                      and NodeUnprepareResources (DRA), calls the kubelet makes, reach the plugin, and its answer
+                      is held back from the kubelet: the plugin has done its part (allocated, prepared: its CDI spec
+                      written) and the kubelet has not heard, the window a kubelet restart or a pod deletion hits
+                      in the reported bugs (kubernetes#116411). A held call stays held until `release`, until the
+                      kubelet holding it stops (its call dies with it) or, for the DRA calls, until the kubelet's
+                      own deadline on the call passes (45 s, dra_plugin.go defaultClientCallTimeout; Allocate has
+                      none). `wait: {held: {call: CALL}}` waits for it. On the fake kubelet it is its fault plan
+                      (its device manager's and its DRA manager's client), on the real node the relay's, on the wire.
+                      A pod step whose pod meets a held call returns once the call is held: the pod waits, Pending.
+  release: {call: CALL}   the held call goes on: the kubelet answers the Register, or gets the plugin's answer (a
+                      no-op, narrated, when the call has ended since: its kubelet stopped, or its deadline passed)
   reject:  {call: Register}   (device plugins) the kubelet rejects the next Register it receives with an error, as
                       a kubelet that refuses a registration does: the running kubelet's, or, if none runs, the
                       first one the next kubelet started receives (that start then waits for the rejection
@@ -39,6 +68,11 @@ Actions:
                       registered as its endpoint), or NAME (a socket file name there). The servers keep running
                       on the deleted path, as after a real rm; on the real node the kubelet's and the plugin's
                       directories are joined by the relay, which mirrors the deletion to the other side.
+           {delete: registration | service | NAME}   (DRA) the same for a DRA driver: registration (its socket in
+                      plugins_registry, which the kubelet's plugin watcher sees go and deregisters the driver),
+                      service (the endpoint it last registered, its dra.sock), or NAME (a socket file name in
+                      plugins_registry or in the driver's plugins/<driver> directory). On the real node the DRA
+                      relay mirrors the deletion into the kubelet's directories.
   wait:    CONDITIONS [within: S] [glimpse: true]   a precondition: if it never holds, the run is inconclusive
   expect:  CONDITIONS [within: S | throughout: S] [glimpse: true]
                       the correct behaviour: if it fails, the bug reproduced
@@ -93,10 +127,11 @@ the scenario's start (or with `since: step`, from the start of the wait or expec
                    the taints the driver publishes in its ResourceSlices that keep claims away (NoSchedule,
                    NoExecute) are on those devices only; NoExecute ones on those of no_execute only
   device_health: {[healthy: [DEV, ...]], [unhealthy: [DEV, ...]]}
-                   (fake kubelet) each device's health as the kubelet holds it from DRAResourceHealth, what
-                   the allocatedResourcesStatus of a pod on it reads (Unknown once its health timed out)
-  held: {call: Register}                       (device plugins) a call that `hold` armed is in flight now, held
-                                               unanswered by the kubelet (not yet released, its kubelet running)
+                   each device's health as the kubelet holds it from DRAResourceHealth (Unknown once its health
+                   timed out or its driver's stream ended): what a pod's allocatedResourcesStatus shows at its next
+                   post (fake: the kubelet's cache; real: the relay's copy, fed the same stream messages)
+  held: {call: CALL}                           a call that `hold` armed is in flight now, held (not yet released,
+                                               its kubelet running, its deadline not passed)
   not: CONDITIONS                              holds when those do not all hold
 calls and dialed read the kubelet's side of the plugin wire: the fake kubelet records it, and so does the
 relay in front of a real kubelet; without one they are inconclusive, never 0.
@@ -109,6 +144,12 @@ from typing import Any
 
 from fake_devices.backend import MAX_ECC_BURST, MAX_XID, TEMPERATURE_RANGE_C
 from harness.scenarios.step import Step
+from harness.spec.names import (
+    DNS1123_LABEL_MAX_LENGTH,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    qualified_name_errors,
+)
 
 ACTIONS = ("kubelet", "plugin", "pod", "device", "script", "taint", "untaint", "hold", "release", "reject", "socket",
            "wait", "expect", "story", "check")
@@ -125,6 +166,7 @@ NVML_CONTROLS = ("nvml-init-error", "nvml-wait-error")  # the value is the NVML 
 SCRIPTS = {"flap": ("period", "cycles"), "ramp": ("from", "to", "step", "period"), "unplug-replug": ("down",),
            "ecc-burst": ("count", "period")}
 TAINT_EFFECTS = ("NoExecute", "NoSchedule")
+DEFAULT_TAINT_KEY = "fakelet.example.com/scenario"  # a taint step's key when it names none
 STORIES = ("taint-eviction",)
 PHASES = ("Running", "Failed", "Pending", "Terminating", "Deleted")
 HEALTH = ("Healthy", "Unhealthy", "Unknown")
@@ -134,13 +176,34 @@ KUBELET_CALLS = (*PLUGIN_CALLS, "ListAndWatch", "NodeWatchResources", "GetInfo",
 CONDITIONS = ("registered", "capacity", "allocatable", "pod", "pod_devices", "pod_resources", "resources_status",
               "calls", "checkpoint", "cdi", "dialed", "slices", "taints", "device_health", "held", "not")
 DRA_ONLY = {"cdi", "slices", "taints", "device_health", "taint", "untaint", "story"}
-DP_ONLY = {"pod_devices", "capacity", "allocatable", "held"}  # conditions
-DP_ONLY_ACTIONS = {"release", "reject", "socket"}
-# The calls `hold` can keep in flight: those the kubelet serves (the fake kubelet's FaultPlan, and the relay's in
-# front of a real kubelet, apply to its registration service: v1beta1.Registration/Register).
-HOLDABLE_CALLS = ("Register",)
+DP_ONLY = {"pod_devices", "capacity", "allocatable"}  # conditions
+DP_ONLY_ACTIONS = {"reject"}
+# The calls `hold` can keep in flight, and whose they are: the call the kubelet serves (v1beta1.Registration/
+# Register: held before the kubelet answers it), and the calls it makes to a plugin (v1beta1.DevicePlugin/Allocate,
+# v1 and v1beta1 DRAPlugin/NodePrepareResources and NodeUnprepareResources: the plugin's answer held back from the
+# kubelet). The kubelet's fault plan applies both, the fake kubelet's and the relay's in front of a real one.
+CALL_KINDS = {"Register": "device-plugin", "Allocate": "device-plugin", "NodePrepareResources": "dra",
+              "NodeUnprepareResources": "dra"}
+HOLDABLE_CALLS = tuple(CALL_KINDS)
+SERVED_CALLS = ("Register",)  # of those, the kubelet's own service's
+REJECTABLE_CALLS = ("Register",)  # what `reject` can refuse: the kubelet's own answer
+NO_DEFECT = "none"  # a rolling update's `defect: none`: the new instance runs without the old one's defect
+DEFECT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # a subject's defect, as its subject file names it
 KUBELET_SOCKET_WORDS = ("kubelet", "plugin")  # socket: {delete: ...}, besides a file name
+# A DRA driver's: its registration socket in plugins_registry, and the endpoint (dra.sock) it registered.
+DRA_SOCKET_WORDS = ("registration", "service")
 SOCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,100}")  # a file in the device-plugins directory, no path
+# A DeviceTaintRule's deviceSelector (k8s.io/api resource/v1beta2 types.go DeviceTaintSelector: driver, pool,
+# device; the DeviceClass and CEL selectors were tombstoned in 1.35). What each value takes is what the API
+# server's validation accepts (pkg/apis/resource/validation/validation.go validateDeviceTaintSelector), checked
+# by _selector_value so that a file is refused when it loads, not by the API server midway through a run.
+TAINT_SELECTOR_KEYS = ("driver", "pool", "device")
+# Words for what a file cannot spell (the subject's driver, a run's own node name); '@' is in no valid name.
+SELECTOR_WORDS = {"driver": "@driver", "pool": "@node"}
+DRIVER_NAME_MAX = 63  # pkg/apis/resource/types.go DriverNameMaxLength (ValidateCSIDriverName checks it)
+POOL_NAME_MAX = 253  # pkg/apis/resource/types.go PoolNameMaxLength (validation.DNS1123SubdomainMaxLength)
+TAINT_KEYS = ("device", "selector", "effect", "key", "name")
+UNTAINT_KEYS = ("device", "rule", "selector")
 SINCE = ("scenario", "step")
 PODRESOURCES_VIA = ("List", "Get")
 COUNT_WORDS = ("all", "healthy")
@@ -153,6 +216,24 @@ POD_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,40}")
 DEVICE_VALUE_MAX = {"count": MAX_ECC_BURST, "code": MAX_XID}
 TEMPERATURES = f"{TEMPERATURE_RANGE_C[0]:g} to {TEMPERATURE_RANGE_C[1]:g}"
 MAX_RAMP_STEPS = 1000  # one step per period: more is a soak, and every step is held in memory
+# pod: {create: NAME, ...} and {delete: NAME, ...}: the keys each form takes.
+POD_CREATE_KEYS = ("create", "devices", "grace_period", "tolerations", "timeout")
+POD_DELETE_KEYS = ("delete", "grace_period", "timeout")
+MAX_GRACE_PERIOD_S = int(MAX_DURATION_S)  # a grace period no step could wait out is no reproduction's
+# A toleration as a scenario writes it; the API's field for each key (core/v1 Toleration and resource/v1
+# DeviceToleration name them alike).
+TOLERATION_KEYS = {"key": "key", "operator": "operator", "value": "value", "effect": "effect",
+                   "toleration_seconds": "tolerationSeconds"}
+TOLERATION_OPERATORS = ("Equal", "Exists")  # core/v1 TolerationOperator, resource/v1 DeviceTolerationOperator
+# The effects a toleration may name: a pod's (core/v1 types.go TaintEffect) and a device request's (resource/v1
+# types.go DeviceToleration.Effect: "When specified, allowed values are NoSchedule and NoExecute").
+POD_TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+DEVICE_TOLERATION_EFFECTS = ("NoSchedule", "NoExecute")
+MAX_TOLERATION_S = 3600  # as story: taint-eviction's toleration_seconds
+MAX_TOLERATIONS = 16  # a list longer than any reported bug needs is a mistake, not a reproduction
+# apimachinery validation.go IsValidLabelValue: at most 63 characters, alphanumerics at both ends.
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+LABEL_VALUE_MAX = 63  # apimachinery validation.go LabelValueMaxLength
 
 # The keys of the conditions that are mappings, and what each takes (`_shape` says how each is checked); the
 # validator and `fakelet scenario vocabulary` (manual.py) both read these, so the two cannot disagree.
@@ -242,12 +323,16 @@ def _plugin(arg: Any, options: dict[str, Any], kind: str) -> Problem:
         return problem
     if arg != "rolling-update":
         return _no_options(options)
-    problem = _no_options(options, ("args",))
+    problem = _no_options(options, ("args", "defect"))
     if problem:
         return problem
     args = options.get("args", [])
     if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
         return "args", "a list of strings: arguments added to the new instance's command (its new pod spec)"
+    defect = options.get("defect", NO_DEFECT)
+    if not (isinstance(defect, str) and DEFECT_NAME.fullmatch(defect)):
+        return "defect", (f"a defect of the subject (fakelet subjects lists them) for the new instance to run as, "
+                          f"or {NO_DEFECT} (the subject without one)")
     return None
 
 
@@ -262,14 +347,64 @@ def _pod(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     name = arg.get("create", arg.get("delete"))
     if not (isinstance(name, str) and POD_NAME.fullmatch(name)):
         return "pod", f"pod name {name!r}: lower-case letters, digits and '-'"
-    count_key = "devices"
-    allowed = {"create", count_key} if "create" in arg else {"delete"}
-    extra = sorted(set(arg) - allowed)
+    allowed = POD_CREATE_KEYS if "create" in arg else POD_DELETE_KEYS
+    extra = sorted(set(arg) - set(allowed), key=str)
     if extra:
-        return f"pod.{extra[0]}", f"unknown key; known: {', '.join(sorted(allowed))}"
-    count = arg.get(count_key, 1)
+        return f"pod.{extra[0]}", f"unknown key; known: {', '.join(allowed)}"
+    count = arg.get("devices", 1)
     if "create" in arg and not (_whole(count) and 0 <= count <= 64):
-        return f"pod.{count_key}", "a number from 0 to 64"
+        return "pod.devices", "a number from 0 to 64"
+    grace = arg.get("grace_period", 0)
+    if not (_whole(grace) and 0 <= grace <= MAX_GRACE_PERIOD_S):
+        return "pod.grace_period", (f"a whole number of seconds from 0 to {MAX_GRACE_PERIOD_S} (0: the Pod leaves "
+                                    "the API server at once)")
+    if "timeout" in arg and not duration_s(arg["timeout"]):
+        return "pod.timeout", f"a positive duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms')"
+    if "tolerations" in arg:
+        return _tolerations(arg["tolerations"], kind)
+    return None
+
+
+def _tolerations(value: Any, kind: str) -> Problem:
+    """A pod's tolerations as the API server validates them (core/v1 ValidateTolerations for a pod's, resource/v1
+    validateDeviceToleration for a DRA claim's), so a file is refused when it loads, not by the API server midway."""
+    effects = DEVICE_TOLERATION_EFFECTS if kind == "dra" else POD_TOLERATION_EFFECTS
+    if not (isinstance(value, list) and 1 <= len(value) <= MAX_TOLERATIONS):
+        return "pod.tolerations", (f"a list of 1 to {MAX_TOLERATIONS} tolerations, each {{key: K, operator: "
+                                   "Equal | Exists, value: V, effect: E, toleration_seconds: N}")
+    for n, toleration in enumerate(value):
+        where = f"pod.tolerations[{n}]"
+        if not isinstance(toleration, dict) or not toleration:
+            return where, "a mapping: {key: K, operator: Equal | Exists, value: V, effect: E, toleration_seconds: N}"
+        extra = sorted(set(toleration) - set(TOLERATION_KEYS), key=str)
+        if extra:
+            return f"{where}.{extra[0]}", f"unknown key; known: {', '.join(TOLERATION_KEYS)}"
+        key, matched = toleration.get("key", ""), toleration.get("value", "")
+        operator = toleration.get("operator", "Equal")  # the API's default
+        if operator not in TOLERATION_OPERATORS:
+            return f"{where}.operator", f"one of {', '.join(TOLERATION_OPERATORS)} (default Equal)"
+        if not isinstance(key, str):
+            return f"{where}.key", "a label name, such as example.com/gpu-broken"
+        if key and qualified_name_errors(key):
+            return f"{where}.key", f"a label name, such as example.com/gpu-broken: {qualified_name_errors(key)[0]}"
+        if not key and operator != "Exists":
+            return f"{where}.key", "required unless operator is Exists (no key and Exists tolerates every taint)"
+        if not (isinstance(matched, str) and len(matched) <= LABEL_VALUE_MAX and LABEL_VALUE.fullmatch(matched)):
+            return f"{where}.value", (f"a label value: at most {LABEL_VALUE_MAX} alphanumerics, '-', '_' or '.', "
+                                      "alphanumerics at both ends")
+        if matched and operator == "Exists":
+            return f"{where}.value", "none with operator Exists (it tolerates every value of the key)"
+        effect = toleration.get("effect", "")
+        if effect and effect not in effects:
+            whose = "a device toleration's: " if kind == "dra" else ""
+            return f"{where}.effect", f"{whose}one of {', '.join(effects)} (not given: every effect)"
+        if "toleration_seconds" in toleration:
+            seconds = toleration["toleration_seconds"]
+            if not (_whole(seconds) and 0 <= seconds <= MAX_TOLERATION_S):
+                return f"{where}.toleration_seconds", f"a whole number of seconds from 0 to {MAX_TOLERATION_S}"
+            if effect != "NoExecute":
+                return f"{where}.toleration_seconds", ("goes with effect: NoExecute (how long a pod stays "
+                                                       "bound once the taint is there)")
     return None
 
 
@@ -376,13 +511,82 @@ def _taint(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     problem = _no_options(options)
     if problem:
         return problem
-    if not isinstance(arg, dict) or not _device_ref(arg.get("device")):
-        return "taint", "{device: DEV, effect: NoExecute, key: example.com/key}"
-    extra = sorted(set(arg) - {"device", "effect", "key"})
+    if not isinstance(arg, dict) or ("device" in arg) == ("selector" in arg):
+        return "taint", ("{device: DEV, effect: NoExecute, key: example.com/key} or {selector: {driver: D, pool: P, "
+                         "device: DEV}, effect: ..., key: ...}: exactly one of device and selector")
+    extra = sorted(set(arg) - set(TAINT_KEYS), key=str)
     if extra:
-        return f"taint.{extra[0]}", "unknown key; known: device, effect, key"
+        return f"taint.{extra[0]}", f"unknown key; known: {', '.join(TAINT_KEYS)}"
+    if "device" in arg and not _device_ref(arg["device"]):
+        return "taint.device", "an inventory device ID, '@N' or '@pod:NAME'"
+    problem = _selector(arg, "taint")
+    if problem:
+        return problem
     if arg.get("effect", "NoExecute") not in TAINT_EFFECTS:
         return "taint.effect", f"one of {', '.join(TAINT_EFFECTS)}"
+    if "key" in arg:
+        # The taint's key is a label name (validation.go validateDeviceTaint: ValidateLabelName).
+        key = arg["key"]
+        errors = qualified_name_errors(key) if isinstance(key, str) and key else ["it is empty"]
+        if errors:
+            return "taint.key", f"a label name like example.com/maintenance: {errors[0]}"
+    return _rule_name(arg, "taint")
+
+
+def _selector(arg: dict[str, Any], action: str) -> Problem:
+    """A taint's or untaint's `selector:` mapping, each value as the API server would accept it."""
+    if "selector" not in arg:
+        return None
+    selector = arg["selector"]
+    if not isinstance(selector, dict):
+        return f"{action}.selector", ("a mapping of driver, pool and device, each optional ({} selects every device "
+                                      "in the cluster)")
+    extra = sorted(set(selector) - set(TAINT_SELECTOR_KEYS), key=str)
+    if extra:
+        return f"{action}.selector.{extra[0]}", (f"unknown key; known: {', '.join(TAINT_SELECTOR_KEYS)} (the "
+                                                 "DeviceClass and CEL selectors were removed from the API in 1.35)")
+    for key in TAINT_SELECTOR_KEYS:
+        if key in selector:
+            why = _selector_value(key, selector[key])
+            if why:
+                return f"{action}.selector.{key}", why
+    return None
+
+
+def _selector_value(key: str, value: Any) -> str:
+    """Why the API would refuse `value` as the selector's `key` ("" when it would not). Upstream's rules, from
+    pkg/apis/resource/validation/validation.go: driver is ValidateCSIDriverName (a DNS-1123 subdomain, compared
+    lower-cased, of at most DriverNameMaxLength), pool is validatePoolName (at most PoolNameMaxLength, each
+    '/'-separated part a DNS-1123 subdomain), device is ValidateDNS1123Label."""
+    word = SELECTOR_WORDS.get(key)
+    if value == word:
+        return ""
+    if key == "device":
+        if isinstance(value, str) and value.startswith("@"):
+            return "" if _device_ref(value) else "an inventory device ID, '@N' or '@pod:NAME'"
+        if isinstance(value, str) and is_dns1123_label(value):
+            return ""
+        return (f"an inventory device ID, '@N' or '@pod:NAME'; a device name must be a DNS-1123 label (lower-case "
+                f"letters, digits and '-', at most {DNS1123_LABEL_MAX_LENGTH}), as the API requires")
+    also = f", or {word} ({'the subject' if key == 'driver' else 'the run'}'s own)"
+    if not isinstance(value, str) or not value:
+        return f"a {key} name{also}"
+    if key == "driver":
+        if len(value) > DRIVER_NAME_MAX or not is_dns1123_subdomain(value.lower()):
+            return f"a driver name: a DNS-1123 subdomain of at most {DRIVER_NAME_MAX} characters{also}"
+        return ""
+    if len(value) > POOL_NAME_MAX or not all(is_dns1123_subdomain(part) for part in value.split("/")):
+        return (f"a pool name: at most {POOL_NAME_MAX} characters, each '/'-separated part a DNS-1123 subdomain"
+                f"{also}")
+    return ""
+
+
+def _rule_name(arg: dict[str, Any], action: str, key: str = "name") -> Problem:
+    """A rule's name in the scenario (the object is named <node>-NAME, so that runs sharing an API server never
+    meet): the last part of a DNS-1123 subdomain, which a label fits."""
+    if key in arg and not (isinstance(arg[key], str) and is_dns1123_label(arg[key])):
+        return f"{action}.{key}", (f"a rule name: lower-case letters, digits and '-', at most "
+                                   f"{DNS1123_LABEL_MAX_LENGTH} (a DNS-1123 label)")
     return None
 
 
@@ -390,52 +594,75 @@ def _untaint(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     problem = _no_options(options)
     if problem:
         return problem
-    if not isinstance(arg, dict) or set(arg) != {"device"} or not _device_ref(arg["device"]):
-        return "untaint", "{device: DEV}"
-    return None
+    if not isinstance(arg, dict) or len(arg) != 1 or next(iter(arg)) not in UNTAINT_KEYS:
+        return "untaint", "{device: DEV}, {rule: NAME} or {selector: {...}}: exactly one of them"
+    if "device" in arg and not _device_ref(arg["device"]):
+        return "untaint.device", "an inventory device ID, '@N' or '@pod:NAME'"
+    return _selector(arg, "untaint") or _rule_name(arg, "untaint", "rule")
 
 
 def _hold(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     if isinstance(arg, dict):
-        if kind == "dra":
-            return "hold", "{call: ...} is for device plugins (a duration holds a fault for DRA drivers too)"
-        return _call(arg, "hold") or _no_options(options)
+        return _call(arg, "hold", kind) or _no_options(options)
     if duration_s(arg) is None:
-        return "hold", (f"a duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms'), or {{call: Register}} "
-                        "(a call held in flight)")
+        return "hold", (f"a duration up to {MAX_DURATION_S:g}s (5, '5s', '500ms'), or {{call: CALL}} "
+                        f"(a call held in flight: {', '.join(_calls_of(kind))})")
     return _no_options(options)
 
 
-def _call(arg: Any, action: str) -> Problem:
-    """{call: NAME}: a call the kubelet serves, which `hold` can keep in flight and `reject` can refuse."""
+def _calls_of(kind: str, calls: tuple[str, ...] = HOLDABLE_CALLS) -> tuple[str, ...]:
+    return tuple(c for c in calls if CALL_KINDS[c] == kind)
+
+
+def _call(arg: Any, action: str, kind: str, calls: tuple[str, ...] = HOLDABLE_CALLS) -> Problem:
+    """{call: NAME}: a call of the kubelet's that `hold` can keep in flight (one it serves or one it makes to a plugin
+    of this kind), or that `reject` can refuse (`calls`)."""
+    mine = _calls_of(kind, calls)
     if not isinstance(arg, dict) or "call" not in arg:
-        return action, "{call: Register}"
+        return action, f"{{call: {' | '.join(mine)}}}"
     extra = sorted(set(arg) - {"call"}, key=str)
     if extra:
         return f"{action}.{extra[0]}", "unknown key; known: call"
-    if arg["call"] not in HOLDABLE_CALLS:
-        return f"{action}.call", f"a call the kubelet serves: {', '.join(HOLDABLE_CALLS)}"
+    call = arg["call"]
+    if call in calls and CALL_KINDS[call] != kind:
+        whose = "a device plugin's call (kind: device-plugin)" if CALL_KINDS[call] == "device-plugin" else \
+            "a DRA driver's call (kind: dra)"
+        return f"{action}.call", f"{call} is {whose}; this scenario's: {', '.join(mine)}"
+    if call not in calls:
+        served = [c for c in mine if c in SERVED_CALLS]
+        made = [c for c in mine if c not in SERVED_CALLS]
+        said = [f"{', '.join(served)} (the kubelet serves it)"] if served else []
+        said += [f"{', '.join(made)} (the kubelet makes it to the plugin)"] if made else []
+        return f"{action}.call", f"a call of the kubelet's: {'; '.join(said)}"
     return None
 
 
 def _release(arg: Any, options: dict[str, Any], kind: str) -> Problem:
-    return _call(arg, "release") or _no_options(options)
+    return _call(arg, "release", kind) or _no_options(options)
 
 
 def _reject(arg: Any, options: dict[str, Any], kind: str) -> Problem:
-    return _call(arg, "reject") or _no_options(options)
+    return _call(arg, "reject", kind, REJECTABLE_CALLS) or _no_options(options)
 
 
 def _socket(arg: Any, options: dict[str, Any], kind: str) -> Problem:
     problem = _no_options(options)
     if problem:
         return problem
+    dra = kind == "dra"
+    words, other = (DRA_SOCKET_WORDS, KUBELET_SOCKET_WORDS) if dra else (KUBELET_SOCKET_WORDS, DRA_SOCKET_WORDS)
     if not isinstance(arg, dict) or set(arg) != {"delete"}:
-        return "socket", "{delete: kubelet | plugin | NAME}"
+        return "socket", f"{{delete: {' | '.join(words)} | NAME}}"
     target = arg["delete"]
-    if target in KUBELET_SOCKET_WORDS:
+    if target in words:
         return None
+    if target in other:
+        whose = "device plugins (kind: device-plugin)" if dra else "DRA drivers (kind: dra)"
+        return "socket.delete", f"{target} is for {whose}; this scenario's: {', '.join(words)} or a NAME"
     if not (isinstance(target, str) and SOCKET_NAME.fullmatch(target)) or target in (".", ".."):
+        if dra:
+            return "socket.delete", ("registration (its plugins_registry socket), service (its registered endpoint), "
+                                     "or a socket's file name in plugins_registry or plugins/<driver> (no path)")
         return "socket.delete", ("kubelet (kubelet.sock), plugin (its registered endpoint), or a socket's file "
                                  "name in the device-plugins directory (no path)")
     return None
@@ -511,7 +738,10 @@ def _conditions(arg: Any, kind: str) -> Problem:
             return key, "needs a DRA driver (kind: dra)"
         if key in DP_ONLY and kind == "dra":
             return key, "is for device plugins"
-        problem = _conditions(value, kind) if key == "not" else _condition(key, value)
+        if key == "held":
+            problem = _under_key(_call(value, "held", kind)) if isinstance(value, dict) else ("", "a mapping")
+        else:
+            problem = _conditions(value, kind) if key == "not" else _condition(key, value)
         if problem:
             return f"{key}{'.' + problem[0] if problem[0] else ''}", problem[1]
     return None
@@ -529,8 +759,6 @@ def _condition(key: str, value: Any) -> Problem:
         return "", "a mapping"
     if key == "pod_resources":
         return _pod_resources(value)
-    if key == "held":
-        return _under_key(_call(value, "held"))
     problem = _shape(value, CONDITION_SHAPES[key])
     if problem:
         return problem

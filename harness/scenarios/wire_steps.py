@@ -1,28 +1,36 @@
 """The wire's steps of a scenario: a call the kubelet holds in flight while a fault happens (`hold: {call:
-Register}`, `release`), and a manual `rm` of a socket in the device-plugins directory (`socket: {delete: ...}`).
+Register}`, `release`), and a manual `rm` of a plugin's socket (`socket: {delete: ...}`): in the device-plugins
+directory, or a DRA driver's in plugins_registry or plugins/<driver>.
 
 Both run on the fake kubelet and on the real one. A held call is the kubelet's FaultPlan on the fake kubelet
-(DeviceManager.faults, as DP-RST-02 holds it) and the relay's in front of a real kubelet (its registration
-socket's plan, armed for the next instance through LocalNode.start_kubelet(arm=...) -> RelayArm.faults). A
-deleted socket is deleted where its owner made it: kubelet.sock in the kubelet's directory, a plugin's socket
-in the plugin's; on the real node the relay mirrors the deletion to the other side, as one directory would.
+(DeviceManager.faults, as DP-RST-02 holds it, which its DRA manager's client consults too) and the relay's in
+front of a real kubelet (its registration socket's plan, armed for the next instance through
+LocalNode.start_kubelet(arm=...) -> RelayArm.faults, which the DP relay's endpoints and the DRA relay consult
+too). The Register the kubelet serves is held before the kubelet answers it; a call the kubelet makes (Allocate,
+NodePrepareResources, NodeUnprepareResources) once the plugin's answer is back, which is held from the kubelet
+(instruments/faults.py FaultPlan.hold_answer). A
+deleted socket is deleted where its owner made it: kubelet.sock in the kubelet's directory, a plugin's or a
+DRA driver's socket in its own; on the real node the relay (the DP relay, or the DRA relay for a driver's
+registration socket and endpoint) mirrors the deletion to the other side, as one directory would.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.instruments.faults import Fault, FaultPlan
+from harness.instruments.faults import KUBELET_STOPPED, Fault, FaultPlan
 from harness.instruments.timeline import Event, WaitTimeout
 from harness.kubelet.devicemanager import KUBELET_SOCKET
 from harness.node.real.localnode import LocalNode
 from harness.scenarios.outcomes import Inconclusive
 from harness.scenarios.state import StageState
 from harness.scenarios.step import Step
+from harness.scenarios.vocabulary import SERVED_CALLS
 
 
 @dataclass
@@ -39,6 +47,12 @@ class HeldCall:
 
     def received(self) -> bool:
         return any(f.reached.is_set() for _, f in self.faults)
+
+    def ended(self) -> str:
+        """How a received call's hold ended before its release: its kubelet stopped, or (a call the kubelet
+        makes) its own deadline passed or its connection closed."""
+        why = next((f.ended for _, f in reversed(self.faults) if f.reached.is_set() and f.ended), "")
+        return why or KUBELET_STOPPED
 
 
 # What a rejected Register answers: an error with gRPC's UNKNOWN code, as a Go kubelet's Register returning an
@@ -66,12 +80,17 @@ class WireSteps(StageState):
             where = f"the running kubelet (instance {node.instance})"
         else:
             where = "the next kubelet to start"
-        self.tell(f"armed: {where} holds the next {method} it receives in flight, unanswered, until released "
-                  "or until that kubelet stops")
+        if method in SERVED_CALLS:
+            self.tell(f"armed: {where} holds the next {method} it receives in flight, unanswered, until released "
+                      "or until that kubelet stops")
+        else:
+            self.tell(f"armed: {where} holds the plugin's answer to the next {method} it makes, until released or "
+                      f"until that kubelet stops{' or its deadline on the call passes' if self.is_dra else ''}")
 
     def _running_plan(self) -> FaultPlan:
-        """The fault plan of the running kubelet's registration service: the fake kubelet's own, or the relay's in
-        front of a real one."""
+        """The running kubelet instance's fault plan: the fake kubelet's own (its registration service's, which its
+        device manager's and DRA manager's clients consult too), or the relay's in front of a real one (which the
+        DP relay's endpoints and the DRA relay consult too)."""
         fake, node = self.fake, self.env.node
         if fake is not None and fake.manager is not None:
             return fake.manager.faults
@@ -158,6 +177,8 @@ class WireSteps(StageState):
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with what must be armed before it serves: the holds waiting for a call, and (the fake
         kubelet's own) keeping the plugin sockets."""
+        # An admission the stopped fake kubelet was in has given its pod back (pod_steps.py): the new one admits it.
+        self.join_admissions()
         node, hold = self.env.node, self.kubelet_arm()
         if keep_sockets:
             if self.fake is None:
@@ -188,10 +209,12 @@ class WireSteps(StageState):
         for _, fault in hold.faults:
             fault.release.set()
         self.env.timeline.record("fault.released", "harness", method=method, in_flight=holding is not None)
-        if holding is not None:
+        if holding is not None and method in SERVED_CALLS:
             self.tell(f"released: kubelet instance {holding[0]} answers the {method} it held")
+        elif holding is not None:
+            self.tell(f"released: the plugin's answer to the {method} reaches kubelet instance {holding[0]}")
         elif hold.received():
-            self.tell(f"released: the held {method} had already ended with the kubelet that held it")
+            self.tell(f"released: the held {method} had already ended: {hold.ended()}")
         else:
             self.tell(f"released: no {method} had arrived; the hold is disarmed")
 
@@ -218,7 +241,9 @@ class WireSteps(StageState):
     def _socket_path(self, target: str) -> tuple[Path, str]:
         """The socket a scenario deletes, where its owner made it, and whose it is; never outside the sandbox."""
         node, sandbox = self.env.node, self.env.sandbox
-        if target in ("kubelet", KUBELET_SOCKET):
+        if self.is_dra:
+            path, whose = self._dra_socket_path(target)
+        elif target in ("kubelet", KUBELET_SOCKET):
             if self.fake is None and not isinstance(node, LocalNode):
                 raise Inconclusive(f"the {type(node).__name__}'s kubelet.sock is out of fakelet's reach")
             path, whose = Path(node.kubelet_socket), "the kubelet's registration socket"  # type: ignore[union-attr]
@@ -229,6 +254,42 @@ class WireSteps(StageState):
         if not path.resolve().is_relative_to(sandbox.path.resolve()):
             raise Inconclusive(f"{path} is outside the run's sandbox: fakelet deletes nothing there")
         return path, whose
+
+    def _dra_socket_path(self, target: str) -> tuple[Path, str]:
+        """A DRA driver's socket, in the driver's own directories (the sandbox's plugins_registry and
+        plugins/<driver>; on the real node the DRA relay joins them to the kubelet's)."""
+        env: Any = self.env
+        if target in ("registration", "service"):
+            registered = self._dra_registration()
+            socket, endpoint = str(registered.get("socket") or ""), str(registered.get("endpoint") or "")
+            if target == "registration":
+                return Path(socket), "the driver's registration socket in plugins_registry"
+            if not endpoint or endpoint == socket:
+                raise Inconclusive("socket: {delete: service}: the driver registered no endpoint of its own (it serves "
+                                   "its DRA service on its registration socket: delete registration)")
+            # The endpoint as the driver named it: in its mount namespace's view when it runs in one.
+            return Path(env.host_path(endpoint)), "the driver's registered endpoint (its DRA service)"
+        places = [(env.sandbox.registry_dir / target, "a socket in plugins_registry"),
+                  (env.sandbox.plugins_dir / env.driver / target, f"a socket in plugins/{env.driver}")]
+        found = [(p, w) for p, w in places if os.path.lexists(p)]
+        if len(found) > 1:
+            raise Inconclusive(f"socket: {{delete: {target}}}: there is one in plugins_registry and one in "
+                               f"plugins/{env.driver}: name the one meant by its role, registration or service")
+        if not found:
+            raise Inconclusive(f"no socket to delete at {places[0][0]} or {places[1][0]} (a file named {target} in "
+                               f"plugins_registry or plugins/{env.driver})")
+        return found[0]
+
+    def _dra_registration(self) -> Event:
+        """The driver's last registration the plugin watcher completed (the fake kubelet's own, or the relay's
+        record of a real one): its socket in plugins_registry and the endpoint it named."""
+        driver = getattr(self.env, "driver", "")
+        done = [e for e in self.env.timeline.events(self.began_ns, "pluginwatcher.registered")
+                if e.get("name") == driver]
+        if not done:
+            raise Inconclusive(f"a socket of driver {driver} named by its role needs a registration first: the driver "
+                               "named no socket yet")
+        return done[-1]
 
     def _registered_endpoint(self) -> str:
         accepted = [e for e in self.env.timeline.events(self.began_ns, "kubelet.register") if e.get("accepted")]

@@ -343,26 +343,30 @@ class DRAEnv(DPEnv):
             unavailable(f"needs kube-controller-manager's device-taint eviction controller: "
                         f"{self.control_plane.controllers_error}")
 
-    def run_pod(self, claims: list[PodClaim], name: str = "pod", template: bool = False, wait: bool = True
+    def run_pod(self, claims: list[PodClaim], name: str = "pod", template: bool = False, wait: bool = True, *,
+                exact_name: bool = False, spec: dict[str, Any] | None = None
                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """A real Pod with claims of its own, scheduled onto this node and running (its claims prepared).
 
         With `template`, its one claim comes from a ResourceClaimTemplate through the resource-claim
         controller. Without `wait` it is only scheduled (a kubelet that is down runs it when it starts).
+        The pod is named `name` plus a suffix of its own, or `name` itself with `exact_name` (a pod made again
+        under its old names); `spec` is set in its spec over the defaults (terminationGracePeriodSeconds).
         Returns the pod as created and its allocated claims."""
         self.need_api()
         assert self.allocator is not None and self.scheduler is not None
         self.allocator.ensure_device_class(self.device_class, self.driver)
+        pod_name = name if exact_name else f"{name}-{short_id()}"
         if template:
             (claim,) = claims
             try:
                 pod, made = self.scheduler.create_pod_from_template(
-                    self.node_name, f"{name}-{short_id()}", self.device_class, claim, self.profile.reaction_s)
+                    self.node_name, pod_name, self.device_class, claim, self.profile.reaction_s, spec)
             except AllocationError as err:
                 raise AssertionError(f"expected the resource-claim controller to generate the pod's claim; saw: "
                                      f"{err}") from None
         else:
-            pod, made = self.scheduler.create_pod(self.node_name, f"{name}-{short_id()}", self.device_class, claims)
+            pod, made = self.scheduler.create_pod(self.node_name, pod_name, self.device_class, claims, spec)
         since = self.now()
         try:
             allocated = self.scheduler.schedule(pod, made, self.node_name, self.driver)
@@ -384,11 +388,21 @@ class DRAEnv(DPEnv):
             since_ns, abort=self._exit_abort,
             relevant=POD_KINDS)
 
-    def delete_pod(self, pod: dict[str, Any]) -> None:
-        """A graceful delete, as kubectl does: the kubelet finishes it."""
+    def delete_pod(self, pod: dict[str, Any], grace_period_s: int | None = None) -> None:
+        """A graceful delete, as kubectl does: the kubelet finishes it. `grace_period_s` is the DeleteOptions'
+        gracePeriodSeconds (kubectl delete --grace-period; None: the pod's own terminationGracePeriodSeconds);
+        0 removes the Pod from the API server at once, whatever the kubelet has still to do
+        (pkg/registry/core/pod/strategy.go CheckGracefulDelete)."""
         assert self.client is not None
         meta = pod["metadata"]
-        self.client.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        if grace_period_s is None:
+            self.client.delete(path)
+            return
+        # The pod's UID as a precondition: a pod made again under the same name is never the one deleted.
+        self.client.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                             "gracePeriodSeconds": grace_period_s,
+                                             "preconditions": {"uid": meta["uid"]}})
 
     # -- registration ----------------------------------------------------------
 

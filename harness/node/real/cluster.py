@@ -290,9 +290,10 @@ class ClusterNode:
             c.update({"image": self.shell.pod_image, "imagePullPolicy": "Never"})
         return pod
 
-    def _pod_body(self, name: str, requests: dict[str, int], container: str) -> dict:
+    def _pod_body(self, name: str, requests: dict[str, int], container: str,
+                  spec: dict[str, Any] | None = None) -> dict:
         limits = {k: str(v) for k, v in requests.items()}
-        return self.runnable({
+        body = self.runnable({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/managed-by": "fakelet"}},
             "spec": {
@@ -301,21 +302,27 @@ class ClusterNode:
                 "containers": [{"name": container, "resources": {"limits": limits, "requests": limits}}],
             },
         })
+        body["spec"].update(spec or {})  # last: a scenario's grace period and tolerations over the defaults
+        return body
 
-    def admit_pod(self, pod: str, requests: dict[str, int], container: str = "main") -> list[ContainerAllocation]:
+    def admit_pod(self, pod: str, requests: dict[str, int], container: str = "main", *,
+                  spec: dict[str, Any] | None = None, timeout_s: float = POD_START_TIMEOUT_S
+                  ) -> list[ContainerAllocation]:
         """Create a Pod on this node asking for `requests`; once it runs, what each resource gave it.
 
-        The kubelet's admission refusal (the pod Failed, e.g. UnexpectedAdmissionError) raises
+        `spec` is set in the Pod's spec over the defaults; `timeout_s` bounds the wait for it to settle
+        (WaitTimeout). The kubelet's admission refusal (the pod Failed, e.g. UnexpectedAdmissionError) raises
         AdmissionError with the kubelet's message, as the fake kubelet's does."""
         name = f"{pod}-{secrets.token_hex(3)}"
         since = self.timeline.now()
-        created = self.client.create(f"/api/v1/namespaces/{NAMESPACE}/pods", self._pod_body(name, requests, container))
+        created = self.client.create(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                     self._pod_body(name, requests, container, spec))
         uid = created["metadata"]["uid"]
         self._pods[pod] = _Pod(name, uid, container)
         settled = self.timeline.wait_for(
             lambda e: e.kind == "node.pod" and e.get("pod_uid") == uid and (
                 e.get("phase") in ("Running", "Failed", "Succeeded") or bool(_refused(e))),
-            POD_START_TIMEOUT_S, f"pod {name} running on the real kubelet", since, relevant=("node.pod",))
+            timeout_s, f"pod {name} running on the real kubelet", since, relevant=("node.pod",))
         refused = _refused(settled)
         if refused:
             raise AdmissionError(refused)
@@ -367,10 +374,11 @@ class ClusterNode:
         return {c.get("name", ""): c.get("allocatedResourcesStatus") or []
                 for c in status.get("containerStatuses") or []}
 
-    def delete_pod(self, pod: str) -> None:
+    def delete_pod(self, pod: str, grace: int | None = None) -> None:
+        """Delete the Pod (`grace`: the DeleteOptions' gracePeriodSeconds; None: the Pod's own)."""
         known = self._pods.pop(pod, None)
         if known is not None:
-            self._delete(known.name, grace=None)
+            self._delete(known.name, grace=grace)
 
     def _delete(self, name: str, grace: int | None) -> None:
         path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"

@@ -233,7 +233,10 @@ class LocalShell:
             self.dra_relay = DRARelay(self.timeline, self.sandbox.registry_dir, self.sandbox.plugins_dir,
                                       self.kubelet_registry_dir, self.kubelet_plugins_dir,
                                       f"{HOST_KUBELET_ROOT}/plugins", self.workdir / "relay-dra",
-                                      lambda: self.starts, self.translate).start()
+                                      lambda: self.starts, self.translate,
+                                      # One fault plan per kubelet instance on the wire, the DP relay's: a hold
+                                      # armed for the kubelet applies to the DRA calls it makes too.
+                                      lambda: self.relay.faults if self.relay is not None else None).start()
         except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
             self.close()
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None

@@ -45,6 +45,7 @@ from harness.node.relay.forward import (
     decode,
     forward_stream,
     forward_unary,
+    hold_answer,
     raw_channel,
     raw_server,
 )
@@ -111,8 +112,9 @@ class DevicePluginRelay:
         # Regular files kept the same on both sides (the kubelet's checkpoint above all): a plugin that writes or
         # deletes one does it to the kubelet's, as it would on a direct connection.
         self._copies: set[str] = set()
-        # Faults on the wire, per kubelet instance as the fake kubelet's (a rejected or held Register): the
-        # plan armed for the next kubelet.sock, and the one its registration socket applies.
+        # Faults on the wire, per kubelet instance as the fake kubelet's (a rejected or held Register, a held
+        # answer to a call the kubelet made: Allocate here, the DRA calls in the DRA relay, which reads this plan):
+        # the plan armed for the next kubelet.sock, and the one its registration socket and endpoints apply.
         self._next_faults: FaultPlan | None = None
         self.faults = FaultPlan(timeline, "kubelet")
         self._calls = itertools.count(1)
@@ -411,9 +413,11 @@ class DevicePluginRelay:
 
     def _unary(self, endpoint: _Endpoint, method: Method, raw: bytes, context: grpc.ServicerContext) -> bytes:
         endpoint_id, pending = endpoint.endpoint_id, self._in_flight.get(endpoint.name)
+        faults, t0 = self.faults, time.monotonic()  # the plan of the kubelet instance that made the call
         # The kubelet reached the socket: its dial is done, whatever the call makes of it (on the record too).
         self._record_dial(endpoint, endpoint_id, "OK")
         done = forward_unary(endpoint.channel, method, raw, context)
+        hold_answer(faults, method.name, context, done, t0)
         if done.response is not None and len(done.response) > KUBELET_MAX_RECV_BYTES:
             record_over_limit(self.timeline, f"{method.response.__name__}", len(done.response),
                               endpoint_id=endpoint_id, resource=endpoint.resource, relay=True)

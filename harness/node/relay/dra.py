@@ -12,6 +12,9 @@ of its own. The relay makes them one for what the kubelet reads:
   forwards the DRA services (v1 and v1beta1 DRAPlugin, v1 and v1alpha1 DRAResourceHealth) to the driver's
   real endpoint, translated from the driver's view (its sandbox path, or /var/lib/kubelet/... inside its
   mount namespace). The message is re-encoded for that one field; every other call passes as raw bytes.
+  The endpoint's directory is watched too: the driver's socket deleted (an rm, as a scenario's `socket:
+  {delete: service}` does) deletes the kubelet's copy, the kubelet's open connections going on as they do to
+  a deleted socket whose server runs; the driver serving there again puts a new copy in place.
 
 The one-connection rule (DRA-REG-04): every relay socket keeps the kubelet's connections as they are
 (perconn.py). Each connection the kubelet opens gets one upstream connection of its own to the driver, made
@@ -33,6 +36,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,16 +45,18 @@ from typing import Any
 import grpc
 
 from harness.instruments.dials import OK, endpoint_ids, record_dial
+from harness.instruments.faults import FaultPlan
 from harness.instruments.filewatch import is_socket
 from harness.instruments.interceptors import to_dict
 from harness.instruments.timeline import Timeline
-from harness.kubelet.drahealth import HEALTHY, UNHEALTHY, UNKNOWN
+from harness.kubelet.drahealth import HEALTHY, UNHEALTHY, UNKNOWN, DeviceHealth, HealthInfoCache, truncate_message
 from harness.kubelet.dramanager import results_to_dict
 from harness.kubelet.endpoint import _LOCAL_DEADLINE_DETAILS
 from harness.kubelet.pluginwatcher import DRA_PLUGIN
-from harness.node.relay.forward import Method, Outcome, decode, forward_stream, forward_unary
+from harness.node.relay.forward import Method, Outcome, decode, forward_stream, forward_unary, hold_answer
 from harness.node.relay.mirror import CREATED, DELETED, DirMirror
 from harness.node.relay.perconn import Connection, PerConnectionRelay
+from harness.spec.profiles import DRA_HEALTH_TIMEOUT_S
 from harness.wire import dra_v1, dra_v1beta1, drahealth_v1, drahealth_v1alpha1, reg
 
 DRIVER, KUBELET = "driver", "kubelet"
@@ -80,6 +86,7 @@ REGISTRATION_FAILED = "RegisterPlugin error -- plugin registration failed with e
 # remained when the kubelet sent the call, so the relay's copy ends later by the call's transit.
 DEADLINE_SLACK_S = 0.25
 RELAY_DIR = "fakelet-relay"  # under the kubelet's plugins dir: endpoints the driver put outside its plugins dir
+ENDPOINT_DIR = "endpoints:"  # a DirMirror side: a directory of the driver's endpoints, by its path after this
 
 
 
@@ -129,6 +136,8 @@ class _Endpoint:
     local: Path  # the same socket, where the relay put it
     relay: PerConnectionRelay
     driver: str = ""  # the driver that last registered it
+    driver_path: Path | None = None  # the driver's socket, as the relay reaches it (its deletion is mirrored)
+    linked: bool = True  # the kubelet's copy is in place (gone while the driver's socket is)
 
 
 @dataclass
@@ -143,20 +152,29 @@ class DRARelay:
 
     def __init__(self, timeline: Timeline, driver_registry: Path, driver_plugins: Path, kubelet_registry: Path,
                  kubelet_plugins: Path, kubelet_plugins_view: str, state_dir: Path,
-                 kubelet_instance: Callable[[], int], translate: Callable[[str], str] | None = None) -> None:
+                 kubelet_instance: Callable[[], int], translate: Callable[[str], str] | None = None,
+                 faults: Callable[[], FaultPlan | None] | None = None) -> None:
         """`kubelet_plugins_view`: where the kubelet sees `kubelet_plugins` (/var/lib/kubelet/plugins);
-        `translate`: a path the driver names (its mount namespace's view) -> the relay's."""
+        `translate`: a path the driver names (its mount namespace's view) -> the relay's; `faults`: the running
+        kubelet instance's fault plan on the wire (the device-plugin relay's, one per kubelet instance and closed
+        when it stops), whose holds keep the driver's NodePrepareResources or NodeUnprepareResources answer from
+        the kubelet."""
         self.timeline = timeline
         self.driver_registry, self.driver_plugins = Path(driver_registry), Path(driver_plugins)
         self.kubelet_registry, self.kubelet_plugins = Path(kubelet_registry), Path(kubelet_plugins)
         self.kubelet_plugins_view = kubelet_plugins_view.rstrip("/")
         self.state_dir, self.kubelet_instance = Path(state_dir), kubelet_instance
         self.translate = translate or (lambda path: path)
+        self.faults = faults or (lambda: None)
         self._lock = threading.RLock()
         self._registrations: dict[str, _Registration] = {}
         self._retired: list[PerConnectionRelay] = []
         self._endpoints: dict[str, _Endpoint] = {}
+        self._endpoint_dirs: set[Path] = set()  # the driver's endpoint directories the mirror watches
         self._health: dict[str, dict[str, str]] = {}  # driver -> "pool/device" -> health, as the kubelet's cache
+        # The same, with the kubelet's receive times and timeouts (healthinfo.go getHealthInfo): what the real
+        # kubelet holds for each device, read by the scenarios' device_health.
+        self.health_cache = HealthInfoCache(None, DRA_HEALTH_TIMEOUT_S, timeline, observe_timeouts=False)
         self._serial = itertools.count(1)
         self._closed = False
         self.mirror: DirMirror | None = None
@@ -203,7 +221,9 @@ class DRARelay:
         with self._lock:
             if self._closed:
                 return
-            if side == DRIVER:
+            if side.startswith(ENDPOINT_DIR):
+                self._endpoint_changed(Path(side.removeprefix(ENDPOINT_DIR)) / name, what)
+            elif side == DRIVER:
                 if what == CREATED and is_socket(self.driver_registry / name):
                     if name in self._registrations:  # re-created without our seeing it go: a new socket
                         self._drop_registration(name, None, "the driver replaced its socket")
@@ -345,32 +365,81 @@ class DRARelay:
             endpoint = self._endpoints.get(named)
             if endpoint is not None:
                 endpoint.driver = driver
+                if not endpoint.linked and endpoint.driver_path is not None:
+                    self._endpoint_changed(endpoint.driver_path, CREATED)  # made again before the watch said so
                 return endpoint.kubelet_path
             number = next(self._serial)
+            driver_path = Path(self.translate(named))
             try:
-                relative = str(Path(self.translate(named)).relative_to(self.driver_plugins))
+                relative = str(driver_path.relative_to(self.driver_plugins))
             except ValueError:
                 relative = f"{RELAY_DIR}/endpoint-{number}.sock"  # outside the plugins dir: a place of our own
             local = self.kubelet_plugins / relative
             local.parent.mkdir(parents=True, exist_ok=True)
             holder: dict[str, _Endpoint] = {}
-            relay = PerConnectionRelay(
-                self.state_dir, f"ep-{number}", lambda: self.translate(named), DRA_METHODS,
-                lambda conn, m, raw, ctx: self._dra_unary(conn, holder["ep"].driver, named, m, raw, ctx),
-                lambda conn, m, raw, ctx: self._stream(conn, holder["ep"].driver, m, raw, ctx),
-                lambda conn, what, upstream: self._connection(conn, what, upstream, "endpoint"))
+            relay = self._endpoint_relay(named, holder)
             local.unlink(missing_ok=True)
             os.link(relay.path, local)
             relay.path.unlink()
-            holder["ep"] = endpoint = _Endpoint(named, f"{self.kubelet_plugins_view}/{relative}", local, relay, driver)
+            holder["ep"] = endpoint = _Endpoint(named, f"{self.kubelet_plugins_view}/{relative}", local, relay, driver,
+                                                driver_path)
             self._endpoints[named] = endpoint
+            self._watch_endpoint_dir(driver_path.parent)
             self.timeline.record("relay.endpoint", "relay", driver=driver, endpoint=named,
                                  kubelet_endpoint=endpoint.kubelet_path)
             return endpoint.kubelet_path
 
+    def _endpoint_relay(self, named: str, holder: dict[str, _Endpoint]) -> PerConnectionRelay:
+        """A relay socket forwarding the DRA services to the endpoint the driver named (holder["ep"]: its record)."""
+        return PerConnectionRelay(
+            self.state_dir, f"ep-{next(self._serial)}", lambda: self.translate(named), DRA_METHODS,
+            lambda conn, m, raw, ctx: self._dra_unary(conn, holder["ep"].driver, named, m, raw, ctx),
+            lambda conn, m, raw, ctx: self._stream(conn, holder["ep"].driver, m, raw, ctx),
+            lambda conn, what, upstream: self._connection(conn, what, upstream, "endpoint"))
+
+    def _watch_endpoint_dir(self, directory: Path) -> None:
+        """Follow the driver's endpoint sockets in `directory` (its plugins/<driver>), as the registry is followed:
+        an endpoint the driver's side loses (an rm, a restart) goes from the kubelet's side too."""
+        if directory == self.driver_registry or directory in self._endpoint_dirs or self.mirror is None:
+            return  # the registry is watched as the driver's side already
+        try:
+            self.mirror.watch(ENDPOINT_DIR + str(directory), directory)
+        except OSError as err:
+            self.timeline.record("relay.error", "relay", what="watch endpoint directory", path=str(directory),
+                                 error=str(err))
+            return
+        self._endpoint_dirs.add(directory)
+
+    def _endpoint_changed(self, path: Path, what: str) -> None:
+        """The driver's endpoint socket at `path` deleted, or made again: the kubelet's copy goes and comes with it,
+        as one directory's socket would. Connections the kubelet has open go on, as they do to a socket deleted
+        under a server that still runs; the kubelet's next dial finds nothing until the driver serves again."""
+        for endpoint in self._endpoints.values():
+            if endpoint.driver_path != path:
+                continue
+            if what == DELETED and endpoint.linked:
+                endpoint.linked = False
+                endpoint.relay.stop_accepting()
+                endpoint.local.unlink(missing_ok=True)
+                self.timeline.record("relay.mirror", "relay", name=path.name, what="deleted", side=KUBELET,
+                                     why="the driver's endpoint was deleted", kubelet_endpoint=endpoint.kubelet_path)
+            elif what == CREATED and not endpoint.linked and is_socket(path):
+                self._retired.append(endpoint.relay)  # its connections still open close with the relay
+                holder = {"ep": endpoint}
+                endpoint.relay = self._endpoint_relay(endpoint.named, holder)
+                endpoint.local.unlink(missing_ok=True)
+                os.link(endpoint.relay.path, endpoint.local)
+                endpoint.relay.path.unlink()
+                endpoint.linked = True
+                self.timeline.record("relay.mirror", "relay", name=path.name, what="created", side=KUBELET,
+                                     kubelet_endpoint=endpoint.kubelet_path)
+
     def _dra_unary(self, conn: Connection, driver: str, endpoint: str, method: Method, raw: bytes,
                    context: grpc.ServicerContext) -> bytes:
+        faults, t0 = self.faults(), time.monotonic()  # the plan of the kubelet instance that made the call
         done = forward_unary(conn.channel, method, raw, context)
+        if faults is not None:
+            hold_answer(faults, method.name, context, done, t0)
         request, response = decode(method.request, raw), decode(method.response, done.response)
         base = {"relay": True, "connection": conn.number}
         self.timeline.record("grpc.call", "kubelet", side="client", method=method.name, request=to_dict(request),
@@ -405,6 +474,9 @@ class DRARelay:
         finally:
             with self._lock:
                 cleared = sorted(self._health.pop(driver, {}))
+            # manager.go HandleWatchResourcesStream: any stream's exit clears the whole driver (its other
+            # endpoints' too: kubernetes/kubernetes#140818), and posts no pod.
+            self.health_cache.clear_driver(driver)
             if done.cancelled_by_caller:
                 error: str = "context canceled"  # the kubelet cancelled it (deregistration, its stop)
             else:
@@ -426,6 +498,8 @@ class DRARelay:
             changed = [f"{d['pool']}/{d['device']}" for d in devices
                        if known.get(f"{d['pool']}/{d['device']}") != d["health"]]
             known.update({f"{d['pool']}/{d['device']}": d["health"] for d in devices})
+        self.health_cache.update(driver, [DeviceHealth(d["pool"], d["device"], d["health"], timeout_s=d["timeout_s"],
+                                                       message=truncate_message(d["reason"])) for d in devices])
         self.timeline.record("dra.health", "kubelet", driver=driver, version=version, devices=devices,
                              changed=changed, **base)
 

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from harness.instruments.faults import RELEASED, FaultPlan
 from harness.instruments.grpcutil import status_of, unix_target
 
 # No limit either way: a message above the kubelet's 4 MiB must reach the kubelet, which refuses it itself.
@@ -98,6 +99,19 @@ def forward_unary(channel: grpc.Channel, method: Method, request: bytes, context
         context.set_details(details)
     done.duration_s = round(time.monotonic() - t0, 6)
     return done
+
+
+def hold_answer(faults: FaultPlan, method: str, context: grpc.ServicerContext, done: Outcome, t0: float) -> None:
+    """A scenario's hold of a call the kubelet made: the plugin's answer (in `done`) waits here, on the wire, until
+    released, the kubelet stops (kubelet_stopped closes its plan) or the kubelet's call ends on its own (its
+    connection closed, its deadline passed). An answer that never reached the kubelet is recorded as the kubelet
+    saw the call end: cancelled by it."""
+    fault = faults.hold_answer(method, context)
+    if fault is None:
+        return
+    if fault.ended != RELEASED:
+        done.outcome, done.cancelled_by_caller = "CANCELLED: the caller cancelled", True
+    done.duration_s = round(time.monotonic() - t0, 6)
 
 
 def forward_stream(channel: grpc.Channel, method: Method, request: bytes, context: grpc.ServicerContext,

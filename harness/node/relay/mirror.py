@@ -40,6 +40,15 @@ class DirMirror:
         self._thread.start()
         return self
 
+    def watch(self, side: str, path: Path) -> None:
+        """Watch one more directory as `side` (a DRA driver's endpoint directory, known once it registers). A
+        directory watched already keeps its side: inotify gives one watch per inode, so it could not have two."""
+        with self._lock:
+            if self._stopped:
+                return
+            wd = self._inotify.add_watch(str(path), WATCHED)
+            self._sides.setdefault(wd, side)
+
     def expect_echo(self, side: str, name: str, what: str) -> None:
         """The relay is about to make this change itself: its event is not a change to repeat."""
         with self._lock:
@@ -75,9 +84,10 @@ class DirMirror:
                     self.on_change(side, event.name, what)
 
     def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._lock:  # no watch() is added to an inotify being closed
+            if self._stopped:
+                return
+            self._stopped = True
         os.write(self._wake_w, b"x")
         if self._thread.is_alive():
             self._thread.join(5)
