@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,3 +238,25 @@ def docker_engine_host() -> Iterator[str]:
         yield private.host
     finally:
         private.stop()
+
+
+# -- a scenario file run as a user runs it (the scenario tests share these) -----------------------------------
+
+SCENARIO_RUN_TIMEOUT_S = 600  # one file's run on a loaded machine: a bound, never a wait
+
+
+def scenario_run(out: Path, path: Path, *args: str,
+                 timeout_s: float = SCENARIO_RUN_TIMEOUT_S) -> tuple[int, str, dict[str, Any]]:
+    """`fakelet scenario run --file PATH --out OUT ARGS`: its exit code, its output and its report (or {})."""
+    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", "--file", str(path),
+                           "--out", str(out), *args], capture_output=True, text=True, timeout=timeout_s)
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
+    return proc.returncode, proc.stdout + proc.stderr, report
+
+
+def outcome_of(report: dict[str, Any]) -> str | None:
+    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
+
+
+def timeline_of(out: Path) -> list[dict[str, Any]]:
+    return json.loads(sorted(out.rglob("run-*/timeline.json"))[0].read_text())

@@ -6,15 +6,13 @@ on the real one (the relays hold it on the wire); a pod that meets the held call
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import outcome_of, scenario_run, timeline_of
 
 from harness.instruments.faults import CALL_ENDED, DEADLINE, KUBELET_STOPPED, RELEASED, FaultPlan
 from harness.instruments.timeline import Timeline
@@ -22,23 +20,7 @@ from harness.scenarios.check import check_file
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, loads
 from harness.spec.subjects import ProfileError
 
-RUN_TIMEOUT_S = 400
 NODES = ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)]
-
-
-def scenario_run(out: Path, path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", "--file", str(path),
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    return proc.returncode, proc.stdout + proc.stderr, report
-
-
-def outcome_of(report: dict[str, Any]) -> str | None:
-    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
-
-
-def timeline_of(out: Path) -> list[dict[str, Any]]:
-    return json.loads(sorted(out.rglob("run-*/timeline.json"))[0].read_text())
 
 
 def kept_on(tmp_path: Path, name: str, text: str, node: str, *args: str) -> tuple[Path, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import outcome_of, scenario_run
 
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError
@@ -26,23 +27,11 @@ from harness.spec.profiles import FAST
 from harness.spec.subjects import load_subject
 from harness.world.draenv import DRAEnv
 
-RUN_TIMEOUT_S = 400
 TOLERATION = {"key": "example.com/gpu-broken", "operator": "Exists", "effect": "NoExecute", "toleration_seconds": 30}
 API_TOLERATION = {"key": "example.com/gpu-broken", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
 # The run's own reason when the real node cannot be had here (harness/scenarios/runner.py _environment): only then
 # does a real-kubelet test skip; any other inconclusive outcome is a failure.
 NO_REAL_NODE = ("the real kubelet cannot run here", "the real kubelet needs an API server")
-
-
-def scenario_run(out: Path, path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", "--file", str(path),
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    return proc.returncode, proc.stdout + proc.stderr, report
-
-
-def outcome_of(report: dict[str, Any]) -> str | None:
-    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
 
 
 def detail_of(report: dict[str, Any]) -> str:

@@ -7,14 +7,11 @@ endpoint is tested on its own with the fake kubelet behind it."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import outcome_of, scenario_run, timeline_of
 from test_reference_dra import DRIVER, WAIT_S
 from test_relay_dra import Rig, is_socket, registered
 
@@ -24,24 +21,8 @@ from harness.scenarios.check import check_file
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, loads
 from harness.spec.subjects import ProfileError, fixtures_dir
 
-RUN_TIMEOUT_S = 600
 REFERENCE_DRIVER = "gpu.fakelet.example.com"  # reference-dra's driver (fixtures/subjects/reference-dra.yaml)
 REG_SOCKET = f"{REFERENCE_DRIVER}-reg.sock"  # kubeletplugin draplugin.go: driver name + "-reg.sock"
-
-
-def scenario_run(out: Path, path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", "--file", str(path),
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    return proc.returncode, proc.stdout + proc.stderr, report
-
-
-def outcome_of(report: dict[str, Any]) -> str | None:
-    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
-
-
-def timeline_of(out: Path) -> list[dict[str, Any]]:
-    return json.loads(sorted(out.rglob("run-*/timeline.json"))[0].read_text())
 
 
 def kept_on(tmp_path: Path, text: str, node: str, *args: str) -> tuple[Path, str]:

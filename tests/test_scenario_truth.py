@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import outcome_of, scenario_run
 
 from harness.instruments.timeline import Event, Timeline
 from harness.scenarios.check import check_file
@@ -24,19 +25,7 @@ from harness.scenarios.conditions import live_endpoints
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, loads
 from reports.model import SKIP, CheckResult, SubjectReport
 
-RUN_TIMEOUT_S = 300
 POD_UID = str(uuid.UUID(int=0x1234))  # a real pod UID's 36 characters
-
-
-def scenario_run(out: Path, path: Path, *args: str) -> tuple[int, str, dict[str, Any]]:
-    proc = subprocess.run([sys.executable, "-m", "harness.run.cli", "scenario", "run", "--file", str(path),
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {}
-    return proc.returncode, proc.stdout + proc.stderr, report
-
-
-def outcome_of(report: dict[str, Any]) -> str | None:
-    return (report.get("facts") or {}).get("scenario", {}).get("outcome")
 
 
 # -- defect 3: a step that cannot run is inconclusive ------------------------------------------------------
