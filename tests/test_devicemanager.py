@@ -793,3 +793,31 @@ def test_prestart_deadline(timeline, make_node, make_plugin):
     assert 0.3 <= elapsed < WAIT_S
     (call,) = plugin.called("PreStartContainer")
     assert call.time_remaining is not None and call.time_remaining <= 0.3 * 1.05
+
+
+def test_a_socket_its_plugin_removes_during_the_start_up_cleanup_is_gone_not_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: the upstream sample plugin, panicking as a kubelet restarted, removed its socket between the cleanup's
+    stat and its unlink; the FileNotFoundError made DP-RST-02 a harness error. Upstream's os.RemoveAll ignores it."""
+    from harness.kubelet import devicemanager
+
+    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir.mkdir()
+    for name in ("racing.sock", "kept.sock"):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(plugin_dir / name))
+        sock.close()
+    real_unlink = os.unlink
+
+    def plugin_first(path: str, *args: object, **kwargs: object) -> None:
+        if path.endswith("racing.sock"):
+            real_unlink(path)  # the plugin's own cleanup lands first
+        real_unlink(path)
+
+    monkeypatch.setattr(devicemanager.os, "unlink", plugin_first)
+    manager = object.__new__(devicemanager.DeviceManager)
+    timeline = Timeline()
+    manager.plugin_dir, manager.timeline, manager.instance = plugin_dir, timeline, 1
+    manager._cleanup_plugin_dir()
+    assert list(plugin_dir.iterdir()) == []
+    assert timeline.find(lambda e: e.kind == "kubelet.cleanup")[0].get("removed") == ["kept.sock"]

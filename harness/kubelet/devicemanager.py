@@ -224,7 +224,12 @@ class DeviceManager:
             except OSError:
                 continue
             if stat.S_ISSOCK(mode):
-                os.unlink(entry.path)
+                try:
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    # Its plugin removed it meanwhile (one exiting as the kubelet starts): Go's os.RemoveAll, which
+                    # upstream calls, returns nil for a path already gone.
+                    continue
                 removed.append(entry.name)
         self.timeline.record("kubelet.cleanup", "kubelet", instance=self.instance, removed=sorted(removed))
 
