@@ -44,15 +44,26 @@ def in_use(uid: int | None = None) -> int:
         try:
             if proc.stat().st_uid != uid:
                 continue
-            fds = os.listdir(proc / "fd")
         except OSError:
-            continue  # gone, or not ours to read
-        for fd in fds:
-            try:
-                if os.readlink(proc / "fd" / fd) == INOTIFY_LINK:
-                    count += 1
-            except OSError:
-                continue
+            continue  # gone meanwhile
+        count += held_by(int(proc.name))
+    return count
+
+
+def held_by(pid: int) -> int:
+    """The inotify instances process `pid` holds open (0 when it is gone or not ours to read)."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return 0
+    count = 0
+    for fd in fds:
+        try:
+            if os.readlink(fd_dir / fd) == INOTIFY_LINK:
+                count += 1
+        except OSError:
+            continue
     return count
 
 
