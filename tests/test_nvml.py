@@ -203,3 +203,25 @@ def test_the_driver_proc_files_follow_the_gpus(gpus: DeviceBackend) -> None:
     assert not (proc / first.pci_address).exists()
     gpus.plug(first.id)
     assert (proc / first.pci_address / "information").is_file()
+
+
+def test_an_event_line_still_being_written_is_read_whole(gpus: DeviceBackend) -> None:
+    """A reader can see part of an append: "N 0 8 7" of "N 0 8 79". The wait read it as XID 7 and moved past the
+    XID 79 (CI: reference-nvml-go never reported the GPU Unhealthy). A partial line waits until it is whole."""
+    assert gpus.nvml is not None
+    events = gpus.nvml.dir / "events"
+    proc = _consumer(gpus, "events", "1500", "2")
+    try:
+        assert _line(proc)["ready"]
+        with open(events, "a") as f:
+            f.write(f"{gpus.nvml._sequence} 0 {EVENT_XID:x} 7")  # the backend's append, caught halfway
+        assert _line(proc)["error"].lower().startswith("timeout")
+        with open(events, "a") as f:
+            f.write("9\n")
+        event = _line(proc)
+        assert (event["type"], event["xid"]) == (EVENT_XID, XID_FALLEN_OFF_BUS)
+        assert proc.wait(STEP_S) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

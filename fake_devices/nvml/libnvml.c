@@ -631,6 +631,9 @@ static int next_event(struct event_set *set, nvmlEventData_t *data) {
     unsigned long long type, value;
     int found = 0;
     while (!found && fgets(line, sizeof line, f)) {
+        /* A line the backend is still appending (a reader can see part of a write): read it next time, whole,
+           never as a shorter value (XID 7 for 79) that moves the cursor past the real one. */
+        if (!strchr(line, '\n')) break;
         if (sscanf(line, "%ld %d %llx %llu", &seq, &slot, &type, &value) != 4 || seq < set->cursor) continue;
         set->cursor = seq + 1;
         if (slot < 0 || slot >= MAX_DEVICES || !(set->mask[slot] & type)) continue;
