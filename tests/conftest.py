@@ -260,3 +260,21 @@ def outcome_of(report: dict[str, Any]) -> str | None:
 
 def timeline_of(out: Path) -> list[dict[str, Any]]:
     return json.loads(sorted(out.rglob("run-*/timeline.json"))[0].read_text())
+
+
+# A scenario whose one step under test sits between the plugin's start and an expectation: the vocabulary tests'.
+ONE_STEP_SCENARIO = """\
+title: t
+correct: c
+bug: b
+kind: KIND
+steps:
+  - kubelet: start
+  - plugin: start
+  - STEP
+  - expect: {registered: true}
+"""
+
+
+def one_step_scenario(step: str, kind: str) -> str:
+    return ONE_STEP_SCENARIO.replace("KIND", kind).replace("STEP", step)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import one_step_scenario as scenario
 from conftest import outcome_of, scenario_run, timeline_of
 
 from harness.instruments.faults import CALL_ENDED, DEADLINE, KUBELET_STOPPED, RELEASED, FaultPlan
@@ -51,23 +52,6 @@ def first(timeline: list[dict[str, Any]], kind: str, **data: Any) -> dict[str, A
 
 
 # -- the vocabulary ---------------------------------------------------------------------------------------------
-
-BASE = """\
-title: t
-correct: c
-bug: b
-kind: KIND
-steps:
-  - kubelet: start
-  - plugin: start
-  - STEP
-  - expect: {registered: true}
-"""
-
-
-def scenario(step: str, kind: str) -> str:
-    return BASE.replace("KIND", kind).replace("STEP", step)
-
 
 @pytest.mark.parametrize(("step", "kind"), [
     ("hold: {call: NodePrepareResources}", "dra"),

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import one_step_scenario
 
 from harness.instruments.timeline import Timeline
 from harness.reference.dra_driver import parse_args, socket_names
@@ -124,21 +125,8 @@ def test_counts_are_judged_when_reached_never_held() -> None:
 
 # -- the vocabulary: new steps and options, and their mistakes --------------------------------------------
 
-BASE = """\
-title: t
-correct: c
-bug: b
-kind: KIND
-steps:
-  - kubelet: start
-  - plugin: start
-  - STEP
-  - expect: {registered: true}
-"""
-
-
 def scenario(step: str, kind: str = "device-plugin") -> str:
-    return BASE.replace("KIND", kind).replace("STEP", step)
+    return one_step_scenario(step, kind)
 
 
 @pytest.mark.parametrize("step", [

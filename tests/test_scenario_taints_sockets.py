@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import outcome_of, scenario_run, timeline_of
+from conftest import one_step_scenario, outcome_of, scenario_run, timeline_of
 from test_reference_dra import DRIVER, WAIT_S
 from test_relay_dra import Rig, is_socket, registered
 
@@ -41,21 +41,8 @@ def kept_on(tmp_path: Path, text: str, node: str, *args: str) -> tuple[Path, str
 
 # -- what a taint, untaint or socket step takes, checked before anything runs ------------------------------
 
-BASE = """\
-title: t
-correct: c
-bug: b
-kind: KIND
-steps:
-  - kubelet: start
-  - plugin: start
-  - STEP
-  - expect: {registered: true}
-"""
-
-
 def scenario(step: str, kind: str = "dra") -> str:
-    return BASE.replace("KIND", kind).replace("STEP", step)
+    return one_step_scenario(step, kind)
 
 
 @pytest.mark.parametrize("step", [
