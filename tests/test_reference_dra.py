@@ -49,10 +49,11 @@ from harness.wire import (
 
 DRIVER = "gpu.fakelet.example.com"
 REFRESH_S = 0.5
-WAIT_S = 10.0  # generous for a loaded CI machine; every wait ends as soon as its event comes
+# Generous for a loaded CI machine (a driver's Python start there once took more than 10 s); every wait ends as
+# soon as its event comes, so only a failing test waits this long.
+WAIT_S = 30.0
 # A SIGTERM'd driver has a pod's default grace to exit (k8s.io/api core/v1 DefaultTerminationGracePeriodSeconds).
-# Its own shutdown is bounded below that (stop_registrar and stop_dra wait at most 5 s per server), but not below
-# WAIT_S: a loaded CI machine once took longer than 10 s.
+# Its own shutdown is bounded below that (stop_registrar and stop_dra wait at most 5 s per server).
 STOP_S = 30.0
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 
