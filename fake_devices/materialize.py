@@ -7,7 +7,11 @@ neutral
     serial,pci_address,present,ecc_errors,memory_mib,node}: one value per file,
     newline-terminated; `temperature` in millidegrees C like Linux hwmon;
     `present` 1 or 0; `node` names the device node, ROOT/dev/<node> (a char
-    device with /dev/null's numbers, or a regular file, see below).
+    device with /dev/null's numbers, or a regular file, see below). A gpu
+    with an inventory `partitions` layout adds partitions/slices and one
+    partitions/<partition id>/ dir per partition (fake_devices/partitions.py),
+    each partition's node beside the GPU's in ROOT/dev. A device with an inventory
+    `sharing` key adds sharing/<capacity>/{total,step} (fake_devices/capacity.py).
 drm
     The neutral files, plus for each gpu-class device N (its index among the
     inventory's gpus) what Linux sysfs shows for a PCI GPU bound to a DRM driver,
@@ -88,6 +92,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from fake_devices.capacity import sharing_files
 from fake_devices.model import Device, Inventory, atomic_write_text
 
 # nvml: the neutral tree plus the NVML surface (fake_devices/nvml/). A combined skin is the union of
@@ -190,6 +195,10 @@ class Materializer:
     def node_path(self, device: Device) -> Path:
         return self.root / "dev" / device.node
 
+    def partition_node_paths(self, device: Device) -> list[Path]:
+        """ROOT/dev/<node> of each of the device's partitions (fake_devices/partitions.py), none without any."""
+        return [self.root / "dev" / p.node for p in device.partition_list()]
+
     def card_index(self, device: Device) -> int | None:
         """The DRM card number of a gpu under the drm skin, else None."""
         if not self.drm or device.cls != "gpu":
@@ -274,6 +283,8 @@ class Materializer:
         """Create the device's files, links and nodes, or bring existing ones up to date."""
         with self._lock:
             self._make_node(self.node_path(device), NODE_MAJOR, NODE_MINOR)
+            for node in self.partition_node_paths(device):
+                self._make_node(node, NODE_MAJOR, NODE_MINOR)
             n = self.card_index(device)
             if n is not None:
                 card, render = self.drm_node_paths(device)
@@ -309,7 +320,7 @@ class Materializer:
                 self._remove_dir(pci)
             for link in self.by_path_links(device):
                 _unlink(link)
-            for node in (self.node_path(device), *self.drm_node_paths(device)):
+            for node in (self.node_path(device), *self.drm_node_paths(device), *self.partition_node_paths(device)):
                 _unlink(node)
 
     def remove_all(self, inventory: Inventory) -> None:
@@ -484,7 +495,24 @@ def neutral_files(device: Device) -> Spec:
         "memory_mib": str(device.memory_mib),
         "node": device.node,
     }
-    return {name: value + "\n" for name, value in values.items()}
+    files: Spec = {name: value + "\n" for name, value in values.items()}
+    if device.partitions:
+        files.update(partition_files(device))
+    if device.sharing:
+        files.update(sharing_files(device.sharing))
+    return files
+
+
+def partition_files(device: Device) -> Spec:
+    """partitions/slices, and partitions/<partition id>/{profile,start,size,memory_mib,uuid,node}: one value per
+    file, as the rest of the device dir (a MIG-capable driver reads the same facts from NVML)."""
+    files: Spec = {"partitions/": "", "partitions/slices": f"{device.partitions['slices']}\n"}  # type: ignore[index]
+    for p in device.partition_list():
+        files[f"partitions/{p.id}/"] = ""
+        for name, value in (("profile", p.profile), ("start", p.start), ("size", p.size),
+                            ("memory_mib", p.memory_mib), ("uuid", p.uuid), ("node", p.node)):
+            files[f"partitions/{p.id}/{name}"] = f"{value}\n"
+    return files
 
 
 def drm_device_id(device: Device) -> str:

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from fake_devices.capacity import check_sharing
+from fake_devices.partitions import Partition, check_layout, partitions_of
 from harness.instruments.userinput import UserInputError, read_user_text
 
 CLASSES = ("gpu", "nic", "fpga", "generic")
@@ -36,7 +38,7 @@ PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
 # The legacy format names the device node `dev`; the full format calls it `node`.
 LEGACY_NODE_KEY = "dev"
 TOP_LEVEL_KEYS = ("seed", "devices")
-OPTIONAL_FIELDS = ("driver",)  # dumped only when set
+OPTIONAL_FIELDS = ("driver", "partitions", "sharing")  # dumped only when set
 
 
 @dataclass
@@ -58,6 +60,12 @@ class Device:
     # The kernel driver bound to the device (sysfs `driver` link); "" means the
     # skin's default. Optional, so inventories written before it load unchanged.
     driver: str = ""
+    # MIG-style partitions (fake_devices/partitions.py): {slices, profiles}, or None for a device that has none.
+    # Optional like `driver`: inventories without it load and dump unchanged.
+    partitions: dict[str, Any] | None = None
+    # Consumable capacity (fake_devices/capacity.py): capacity name -> {total, step}, or None for a device that
+    # serves one user at a time. Optional like `partitions`.
+    sharing: dict[str, dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         # Derived defaults: a hand-built Device(id="gpu-0") is as complete as a loaded one.
@@ -76,6 +84,10 @@ class Device:
         """
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in OPTIONAL_FIELDS or getattr(self, f.name)}
+
+    def partition_list(self) -> list[Partition]:
+        """The device's partitions, every placement of every profile ([] without a `partitions` layout)."""
+        return partitions_of(self.id, self.node, self.uuid, self.memory_mib, self.partitions)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int = 0) -> Device:
@@ -220,6 +232,10 @@ def _check_field(label: str, name: str, value: Any) -> Any:
 
     if name == "driver" and value == "":
         return value
+    if name == "partitions":
+        return None if value is None else check_layout(label, value)
+    if name == "sharing":
+        return None if value is None else check_sharing(label, value)
     if name in ("id", "node", "driver"):
         if not isinstance(value, str) or not NAME_RE.match(value):
             raise bad("a name of letters, digits, '.', '_' or '-' (no '/')")
@@ -264,3 +280,26 @@ def _check_unique(where: str, devices: list[Device]) -> None:
             if value in seen:
                 raise ValueError(f"{where}: device {d.id!r}: duplicate {attr} {value!r}")
             seen.add(value)
+    _check_partitions(where, devices)
+
+
+def _check_partitions(where: str, devices: list[Device]) -> None:
+    """Partitions are a GPU's, each slice holds memory, and their IDs and nodes are nobody else's."""
+    ids, nodes = {d.id for d in devices}, {d.node for d in devices}
+    for d in devices:
+        if d.partitions and d.sharing:
+            raise ValueError(f"{where}: device {d.id!r}: partitions and sharing are two ways to split a device; "
+                             f"give one")
+        if not d.partitions:
+            continue
+        if d.cls != "gpu":
+            raise ValueError(f"{where}: device {d.id!r}: only a gpu has partitions (it is a {d.cls})")
+        if d.memory_mib < d.partitions["slices"]:
+            raise ValueError(f"{where}: device {d.id!r}: memory_mib {d.memory_mib} cannot be cut into "
+                             f"{d.partitions['slices']} slices")
+        for p in d.partition_list():
+            for attr, seen in (("id", ids), ("node", nodes)):
+                value = getattr(p, attr)
+                if value in seen:
+                    raise ValueError(f"{where}: device {d.id!r}: partition {p.id!r}: duplicate {attr} {value!r}")
+                seen.add(value)

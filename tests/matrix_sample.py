@@ -11,12 +11,12 @@ their names so that every run takes the same ones, and every case that the chang
   limited to) are defined in a suites/ module that changed;
 - a scenario whose file changed, or whose defects appear in what changed of those paths.
 
-On the real kubelet (tox -e real-kubelet), every scenario runs its first real case; its further cases (another
-release, a mutant) are a fixed third of them plus what changed; `tox -e fidelity` runs all.
+On the real kubelet (tox -e real-kubelet), half the scenarios run their first real case; the further cases
+(another release, a mutant) are a fixed third of them; plus what changed; `tox -e fidelity` runs all.
 
-A mutant in the hash sample or touched by the change runs every check (it must fail exactly its own); one
-taken only to cover a check runs just the checks it must fail (`KILLS_ONLY`), which costs seconds instead of a
-whole profile.
+A mutant touched by the change runs every check (it must fail exactly its own); one in the hash sample or
+taken to cover a check runs just the checks it must fail (`KILLS_ONLY`), which costs seconds instead of a
+whole profile. `tox -e matrix` runs every mutant against every check.
 
 What changed is the diff against FAKELET_CHANGED_BASE, else against where HEAD left origin/main (a branch's
 commits), else HEAD~1 (the last commit, or everything a merge brought in), plus the work tree: each works on a
@@ -42,10 +42,11 @@ BASE_ENV = "FAKELET_CHANGED_BASE"
 SAMPLE_ONE_IN = 8  # an eighth of the kill matrix's mutants, beside one that must fail each check (covering)
 BENIGN_SAMPLE_ONE_IN = 3  # a third of its benign behaviours (a quarter by this hash took none of them)
 SCENARIO_SAMPLE_ONE_IN = 3  # a third of the scenarios run on the fake kubelet
-REAL_CASE_SAMPLE_ONE_IN = 3  # a third of the scenarios' further real-kubelet cases (each one's first always runs)
+REAL_FIRST_SAMPLE_ONE_IN = 2  # half the scenarios run their first real-kubelet case by default
+REAL_CASE_SAMPLE_ONE_IN = 3  # a third of the scenarios' further real-kubelet cases
 WATCHED = ("harness/reference/", "fixtures/subjects/", "suites/", "fixtures/scenarios/")
 UPSTREAM_REF = "origin/main"
-KILLS_ONLY = pytest.StashKey[bool]()  # a covering-only mutant's test runs only the checks it must fail
+KILLS_ONLY = pytest.StashKey[bool]()  # an untouched mutant's test runs only the checks it must fail
 
 
 def full() -> bool:
@@ -81,6 +82,11 @@ def covering(cases: Iterable[tuple[str, str, Iterable[str]]]) -> frozenset[tuple
 
 def scenario_in_sample(name: str) -> bool:
     return in_sample("scenario", name, SCENARIO_SAMPLE_ONE_IN)
+
+
+def real_first_in_sample(name: str) -> bool:
+    """Whether a scenario's first real-kubelet case runs by default: half of them (each is a real node)."""
+    return in_sample("scenario-real-first", name, REAL_FIRST_SAMPLE_ONE_IN)
 
 
 def real_case_in_sample(case_id: str) -> bool:

@@ -182,7 +182,23 @@ def test_selected_checks_write_all_reports(tmp: Path, tmp_path: Path) -> None:
     suite = ET.parse(out / "junit.xml").getroot()
     assert suite.get("tests") == "2" and suite.get("failures") == "0"
     assert "CONFORMANT" in (out / "summary.md").read_text()
+    assert "fake kubelet release" not in report["facts"], report["facts"]  # no release asked for: no model note
     assert leftovers(tmp) == []
+
+
+def test_a_run_asking_the_fake_kubelet_for_a_release_says_what_models_it(tmp: Path, tmp_path: Path) -> None:
+    """--kubelet-version on the fake kubelet: the narration and the report say, as a scenario run does, that
+    the fake stands in for the release only through its named behaviours (harness/kubelet/release_model.py)."""
+    out = tmp_path / "out"
+    proc = fakelet(tmp, "run", "--check", "DP-REG-02", "--kubelet-version", "1.33", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "the fake kubelet models 1.33" in line]
+    assert len(said) == 1 and said[0].startswith("reference-dp: "), proc.stdout
+    assert "device-plugin clients: one per resource" in said[0] and "not about a real 1.33 kubelet" in said[0]
+    report = json.loads((out / "report.json").read_text())
+    assert report["facts"]["fake kubelet release"] == said[0].removeprefix("reference-dp: "), report["facts"]
+    assert "- fake kubelet release: the fake kubelet models 1.33 only through" in (out / "summary.md").read_text()
+    assert report["provenance"]["kubelet"] == {"node": "fake", "model": "1.33"}
 
 
 def test_failing_mutant_exits_1_with_repro(tmp: Path, tmp_path: Path) -> None:

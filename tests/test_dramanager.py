@@ -151,7 +151,8 @@ class DRAPlugin(reg_grpc.RegistrationServicer):
         context.add_callback(lambda: q.put(END))  # the kubelet canceled: end the generator
         with self._lock:
             self._streams.append(q)
-        self.timeline.record("plugin.health_open", "plugin", driver=self.driver, version=version)
+        self.timeline.record("plugin.health_open", "plugin", driver=self.driver, version=version,
+                             endpoint=str(self.endpoint))
         try:
             while True:
                 item = q.get()
@@ -457,6 +458,32 @@ def test_deregistered_when_socket_deleted(make_node: Callable[..., FakeNode], ma
     assert closed.get("error") == "context canceled"
     with pytest.raises(PrepareError, match=f"prepare dynamic resources: DRA driver {DRIVER} is not registered"):
         node.prepare_pod(pod(), [claim("c1", pod())])
+
+
+def test_two_instances_of_a_driver_as_v1_36(make_node: Callable[..., FakeNode], make_plugin: Callable[..., DRAPlugin],
+                                           timeline: Timeline) -> None:
+    """A rolling update's two instances: dra_plugin_manager.go get() calls the newest connected one; remove() drops
+    only the one whose socket went, and its canceled health stream clears the driver's whole health cache, the
+    new instance's report included (manager.go HandleWatchResourcesStream clearDriver; kubernetes#140818)."""
+    node = make_node()
+    old = make_plugin()
+    registered(timeline)
+    since = timeline.now()
+    new = make_plugin(reg_name=f"{DRIVER}-next-reg.sock", endpoint=old.endpoint.with_name("dra-next.sock"))
+    registered(timeline, since_ns=since)
+    timeline.wait_for(of("dra.connection", endpoint=str(new.endpoint), connected=True), WAIT_S, "connected", since)
+    timeline.wait_for(of("plugin.health_open", endpoint=str(new.endpoint)), WAIT_S, "the new instance's stream", since)
+    assert node.dra is not None and node.dra.plugin(DRIVER).endpoint == str(new.endpoint)  # type: ignore[union-attr]
+    new.send_health(("pool", "dev-c", HEALTHY, ""))
+    timeline.wait_for(of("dra.health", driver=DRIVER), WAIT_S, "the new instance's health", since)
+    t = timeline.now()
+    os.unlink(old.reg_path)
+    gone = timeline.wait_for(of("dra.deregistered", driver=DRIVER), WAIT_S, "the old one deregistered", t)
+    assert gone.get("endpoint") == str(old.endpoint) and gone.get("plugins") == 1
+    ended = timeline.wait_for(of("dra.health_stream", driver=DRIVER, state="ended"), WAIT_S, "its stream ends", t)
+    assert ended.get("error") == "context canceled" and ended.get("cleared") == ["pool/dev-c"]
+    assert node.dra.plugin(DRIVER).endpoint == str(new.endpoint)  # type: ignore[union-attr]
+    assert node.dra.health_cache is not None and node.dra.health_cache.get(DRIVER, "pool", "dev-c").health == "Unknown"
 
 
 def test_same_endpoint_cannot_register_twice(make_node: Callable[..., FakeNode],

@@ -1,7 +1,7 @@
 """The real kubelet as the oracle (issue 10): LocalNode, and the fidelity table in CI.
 
-Marked `real_kubelet` (tox -e real-kubelet): a real kubelet v1.36 from the Go
-module proxy and Debian's containerd, in a private namespace. Where the machine
+Marked `real_kubelet` (tox -e real-kubelet): a real kubelet v1.36 and containerd 2
+from the Go module proxy, in a private namespace. Where the machine
 cannot run one (no root, no containerd) these skip with the one-line reason.
 The targets-file validation needs no kubelet and runs everywhere.
 """
@@ -234,8 +234,8 @@ def run_pod_once_published(env, claim):
 def test_dra_on_the_real_kubelet_registers_prepares_survives_a_restart_and_unprepares(plane) -> None:
     """As far as DRA goes on this machine: the reference driver registers with the real kubelet, a real
     pod with a claim runs (so the kubelet prepared it), a kubelet restart keeps it running, and deleting
-    the pod unprepares the claim (its CDI spec goes). containerd 1.6 does not inject CDI devices into
-    containers (CDI support came with containerd 1.7), so what the container got is not checked."""
+    the pod unprepares the claim (its CDI spec goes). What the container got from the claim is KEP5970-05's
+    (tests/test_kep5970.py), judged where the node runs containerd 2."""
     from harness.controlplane.scheduler import PodClaim
     from harness.node.real.localnode import NodeAccess
     from harness.spec.subjects import load_subject

@@ -37,7 +37,10 @@ from harness.reference.defects import (
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.spec.subjects import SubjectSpec, load_subject
 from suites.dp.test_health import SURFACE_CHECKS
+from suites.dra.test_capacity import CHECKS as CAPACITY_CHECKS
 from suites.dra.test_health import SURFACE_CHECKS as DRA_SURFACE_CHECKS
+from suites.dra.test_partitions import CHECKS as PARTITION_CHECKS
+from suites.dra.test_upgrade import ROLLING_UPDATE_CHECKS
 
 SPEC = load_subject("reference-dp")
 DRA_SPEC = load_subject("reference-dra")
@@ -65,6 +68,8 @@ BENIGN = set(DP_BENIGN)
 # Benign behaviours by subject: each runs under the kubelet's own bounds, never as a mutant.
 BENIGN_CASES = [("reference-dp", b) for b in sorted(DP_BENIGN)] + \
     [("reference-levelzero", b) for b in sorted(DP_LEVELZERO_BENIGN)]
+PARTITIONING = {"reference-dra"}  # subjects whose driver publishes the fake GPUs' partitions (DRA-PRT)
+SHARING = {"reference-dra"}  # subjects whose driver publishes the fake GPUs' shareable capacity (DRA-CAP)
 HOSTILE_CORPUS_MIN = 30  # issue 13: at least this many hostile behaviours, each with a verdict and a wall bound
 
 
@@ -122,8 +127,15 @@ def other_surfaces(spec: SubjectSpec) -> set[str]:
     """Checks of a vendor surface the subject's fake hardware lacks (DP-HLT-06..08 and DRA-HLT-04/05 need the nvml
     skin, DP-HLT-09 the drm skin's sidecar): for this subject they can only be not exercised."""
     parts = skin_parts((spec.backend or {}).get("skin") or "neutral")
-    return {c for table in (SURFACE_CHECKS, DRA_SURFACE_CHECKS) for s, checks in table.items() if s not in parts
-            for c in checks}
+    surfaces = {c for table in (SURFACE_CHECKS, DRA_SURFACE_CHECKS) for s, checks in table.items() if s not in parts
+                for c in checks}
+    # Partitioned GPUs show only in the neutral tree's partitions/ dirs, which only the reference DRA driver reads:
+    # for another driver the DRA-PRT checks find no counters (not exercised). Shareable devices likewise show only in
+    # the neutral tree's sharing/ dirs: for another driver the DRA-CAP checks find no multi-allocatable device.
+    # A DRA driver that runs as one instance only (no rolling_update: in its subject file): DRA-UPG too.
+    single = set(ROLLING_UPDATE_CHECKS) if spec.is_dra and spec.rolling_update is None else set()
+    return surfaces | (set() if spec.name in PARTITIONING else set(PARTITION_CHECKS)) | single \
+        | (set() if spec.name in SHARING else set(CAPACITY_CHECKS))
 
 
 def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool = False) -> list[str]:

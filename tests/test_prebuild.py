@@ -89,9 +89,13 @@ def test_another_release_s_kubelet_is_a_first_kube_build(cache: Path, capsys: py
     assert run("--kubelet-version", "1.37", "--dry-run") == 0
     out = capsys.readouterr().out.splitlines()
     names = [line.split()[0] for line in out[1:-1]]
-    assert names == ["kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    # The real node's containerd 2 with its kubelet (harness/node/real/runtime.py), at its measured cost.
+    assert names == ["kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "kube-apiserver",
+                     "kube-controller-manager", "kube-scheduler"]
     assert out[1].startswith("  kubelet v1.37.")
     assert out[1].endswith(f"to build: ~{prebuild.elapsed_text(prebuild.FIRST_KUBE_BUILD_S['kubelet'])}")
+    assert out[2].startswith("  containerd v2.")
+    assert out[2].endswith(f"to build: ~{prebuild.elapsed_text(prebuild.COLD_BUILD_S['containerd'])}")
 
 
 def test_the_total_says_which_builds_have_no_figure() -> None:

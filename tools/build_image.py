@@ -45,7 +45,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def kube_binaries() -> list[tuple[str, str, str]]:
     """(wrapper module, binary name, Go package) of every kube binary a run of the default release may build:
-    the local control plane's three, and the real node's kubelet."""
+    the local control plane's three, and the real node's kubelet and containerd 2 (daemon, runc shim, ctr)."""
     from harness.controlplane.local import (
         KUBE_APISERVER_PACKAGE,
         KUBE_CONTROLLER_MANAGER_PACKAGE,
@@ -55,11 +55,13 @@ def kube_binaries() -> list[tuple[str, str, str]]:
     from harness.kubelet.versions import DEFAULT_KUBELET_VERSION
     from harness.node.real.localnode import KUBELET_PACKAGE
     from harness.node.real.releases import REAL_KUBELET_MODULES
+    from harness.node.real.runtime import COMMANDS, CONTAINERD_MODULE
 
     return [(KUBE_MODULE, "kube-apiserver", KUBE_APISERVER_PACKAGE),
             (KUBE_MODULE, "kube-controller-manager", KUBE_CONTROLLER_MANAGER_PACKAGE),
             (KUBE_MODULE, "kube-scheduler", KUBE_SCHEDULER_PACKAGE),
-            (REAL_KUBELET_MODULES[DEFAULT_KUBELET_VERSION], "kubelet", KUBELET_PACKAGE)]
+            (REAL_KUBELET_MODULES[DEFAULT_KUBELET_VERSION], "kubelet", KUBELET_PACKAGE),
+            *((CONTAINERD_MODULE, name, package) for name, package in COMMANDS.items())]
 
 
 def wheel_digest(wheel: Path) -> str:

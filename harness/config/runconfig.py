@@ -55,6 +55,7 @@ from harness.spec.subjects import (
     IMAGE_REF,
     OBSERVABLES,
     PLACEHOLDERS,
+    POD_UID_PLACEHOLDER,
     ProfileError,
     SubjectSpec,
     default_backend,
@@ -411,6 +412,9 @@ def templates(spec: SubjectSpec) -> list[tuple[str, str]]:
     out += [(f"defect_args[{n}]", t) for n, t in enumerate(spec.defect_args)]
     out += [(f"env.{k}", v) for k, v in spec.env.items()]
     out += [(f"mounts.{k}", v) for k, v in spec.mounts.items()]
+    rolling = spec.rolling_update or {}
+    out += [(f"rolling_update.args[{n}]", t) for n, t in enumerate(rolling.get("args", []))]
+    out += [(f"rolling_update.env.{k}", v) for k, v in rolling.get("env", {}).items()]
     return out
 
 
@@ -429,6 +433,8 @@ def check_templates(spec: SubjectSpec, binary: str | None, flag_env: dict[str, s
     for path, template in templates(spec):
         where = _origin(spec, path, flag_env)
         for name in template_fields(template, where):
+            if name == POD_UID_PLACEHOLDER and path.startswith("rolling_update."):
+                continue
             if name not in known:
                 raise ProfileError(f"{where}: unknown placeholder {{{name}}} in {template!r}; a {spec.kind} "
                                    f"subject has {', '.join('{' + k + '}' for k in known)}")

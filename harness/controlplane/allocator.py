@@ -5,7 +5,11 @@ check can observe (k8s.io/dynamic-resource-allocation structured/): devices
 come only from complete pools (the newest generation, all resourceSliceCount
 slices present) that list each device once, a device allocated to another claim
 is not handed out again, and a device with a NoSchedule or NoExecute taint is
-skipped unless the request tolerates it. Device classes are matched by driver
+skipped unless the request tolerates it, and a device that consumes shared
+counters (partitionable devices) only while its pool's counter sets still hold
+them (harness/controlplane/counters.py), and a device that allows multiple
+allocations to several claims at once, each a share of its capacity
+(harness/controlplane/capacity.py). Device classes are matched by driver
 only: the harness creates its classes with the one selector
 `device.driver == "<driver>"`, and evaluating arbitrary CEL is out of scope.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from harness.controlplane import capacity, counters
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError, KubeClient
 from harness.controlplane.taints import TaintRules, TaintRulesUnavailable, rule_matches
@@ -126,12 +131,17 @@ class Allocator:
         return self.client.list(f"{RESOURCE_API}/resourceslices",
                                 field_selector=f"spec.driver={driver},spec.nodeName={node}")
 
-    def create_claim(self, namespace: str, name: str, device_class: str, count: int = 1) -> dict:
+    def create_claim(self, namespace: str, name: str, device_class: str, count: int = 1,
+                     capacity_requests: dict[str, str] | None = None) -> dict:
+        """`capacity_requests`: capacity name -> quantity the device must provide (consumable capacity)."""
+        exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": ALLOCATION_EXACT_COUNT,
+                                   "count": count}
+        if capacity_requests:
+            exactly["capacity"] = {"requests": dict(capacity_requests)}
         return self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": {
-                "deviceClassName": device_class, "allocationMode": ALLOCATION_EXACT_COUNT, "count": count}}]}},
+            "spec": {"devices": {"requests": [{"name": REQUEST_NAME, "exactly": exactly}]}},
         })
 
     def delete_claim(self, namespace: str, name: str) -> None:
@@ -163,17 +173,20 @@ class Allocator:
             raise AllocationError(f"no complete pool of driver {driver} on node {node}: {'; '.join(incomplete)}")
         invalid = [f"pool {pool}: device {name} is listed twice" for pool, current in complete
                    if (name := _listed_twice(current)) is not None]
+        invalid += [f"pool {pool}: {why}" for pool, current in complete
+                    if (why := counters.invalid_reason(current)) is not None]
         if invalid:
             # Measured: kube-scheduler allocates nothing while it sees such a pool, and says "1 invalid resource
             # pools were encountered" (reference-dra's bad-slice mutant, on the local control plane).
             raise AllocationError(f"{len(invalid)} invalid resource pools were encountered: {'; '.join(invalid)}")
         return complete
 
-    def _in_use(self, except_uid: str, node: str) -> set[tuple[str, str, str]]:
-        """Devices other claims hold. A claim this allocator placed on another node does not count: the checks
-        sharing one API server are each a node of their own world, and a driver that names its pool the same on
-        every node (pydra's) would otherwise find its one device taken by a check running beside it."""
-        used: set[tuple[str, str, str]] = set()
+    def _others(self, except_uid: str, node: str) -> list[tuple[tuple[str, str, str], dict]]:
+        """(device, allocation result) of every device other claims hold. A claim this allocator placed on another
+        node does not count: the checks sharing one API server are each a node of their own world, and a driver
+        that names its pool the same on every node (pydra's) would otherwise find its one device taken by a check
+        running beside it."""
+        held: list[tuple[tuple[str, str, str], dict]] = []
         for claim in self.client.list(f"{RESOURCE_API}/resourceclaims"):
             if _meta(claim).get("uid") == except_uid:
                 continue
@@ -182,8 +195,8 @@ class Allocator:
             if nodes and node not in nodes:
                 continue
             for r in (allocation.get("devices") or {}).get("results") or []:
-                used.add((r.get("driver", ""), r.get("pool", ""), r.get("device", "")))
-        return used
+                held.append(((r.get("driver", ""), r.get("pool", ""), r.get("device", "")), r))
+        return held
 
     def _rules(self) -> list[dict]:
         """Every DeviceTaintRule (cluster-wide taints, feature gate DRADeviceTaintRules); none where the server
@@ -195,8 +208,9 @@ class Allocator:
         except TaintRulesUnavailable:
             return []
 
-    def allocate(self, claim: dict, node: str, driver: str, pod: dict) -> dict:
-        """Allocate `claim` on `node` from `driver`'s devices and reserve it for `pod` {"name", "uid"}."""
+    def allocate(self, claim: dict, node: str, driver: str, pod: dict, only: set[str] | None = None) -> dict:
+        """Allocate `claim` on `node` from `driver`'s devices and reserve it for `pod` {"name", "uid"}. With `only`,
+        just from the devices of those names, as a selector matching exactly them would in a cluster."""
         ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
         path = f"{RESOURCE_API}/namespaces/{ns}/resourceclaims/{name}"
         for attempt in range(CONFLICT_RETRIES):
@@ -215,7 +229,7 @@ class Allocator:
             reservation = {"resource": "pods", "name": pod["name"], "uid": pod["uid"]}
             reserved = status.setdefault("reservedFor", [])
             if not status.get("allocation"):
-                status["allocation"] = self._allocation(current, node, driver)
+                status["allocation"] = self._allocation(current, node, driver, only)
             if not any(r.get("uid") == pod["uid"] for r in reserved):
                 reserved.append(reservation)
             try:
@@ -232,12 +246,16 @@ class Allocator:
             return updated
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _allocation(self, claim: dict, node: str, driver: str) -> dict[str, Any]:
+    def _allocation(self, claim: dict, node: str, driver: str, only: set[str] | None = None) -> dict[str, Any]:
         ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
         pools = self._complete_pools(driver, node)
-        used = self._in_use(_meta(claim).get("uid", ""), node)
+        held = self._others(_meta(claim).get("uid", ""), node)
+        used = {key for key, r in held if not r.get("shareID")}
+        shares = capacity.CapacityLedger((key, r) for key, r in held if r.get("shareID"))
         rules = self._rules()
-        results: list[dict[str, str]] = []
+        ledgers = {pool: counters.Ledger(pool_slices, {d for drv, p, d in used if drv == driver and p == pool})
+                   for pool, pool_slices in pools}
+        results: list[dict[str, Any]] = []
         for request in (claim.get("spec") or {}).get("devices", {}).get("requests") or []:
             exactly = request.get("exactly")
             if exactly is None:
@@ -246,12 +264,17 @@ class Allocator:
             mode = exactly.get("allocationMode") or ALLOCATION_EXACT_COUNT
             want = int(exactly.get("count") or 1) if mode == ALLOCATION_EXACT_COUNT else None
             tolerations = exactly.get("tolerations") or []
-            picked: list[dict[str, str]] = []
+            wanted = capacity.requested(exactly)
+            picked: list[dict[str, Any]] = []
             skipped: list[str] = []
             for pool, pool_slices in pools:
                 for s in pool_slices:
+                    if counters.is_counter_slice(s):
+                        continue  # a slice of counter sets: the allocator reads no devices there
                     for device in s["spec"].get("devices") or []:
                         key = (driver, pool, device["name"])
+                        if only is not None and device["name"] not in only:
+                            continue
                         if key in used:
                             skipped.append(f"{pool}/{device['name']} (allocated to another claim)")
                             continue
@@ -264,14 +287,29 @@ class Allocator:
                             continue
                         if want is not None and len(picked) == want:
                             continue
-                        result = {"request": request["name"], "driver": driver, "pool": pool,
-                                  "device": device["name"]}
+                        # Upstream skips the counters of a multi-allocatable device a share already holds
+                        # (allocator_incubating.go allocateDevice skipCounterCheck): they were counted once.
+                        counted = capacity.multi_allocatable(device) and shares.holds(key)
+                        share = shares.take(key, device, wanted)
+                        if isinstance(share, str):
+                            skipped.append(f"{pool}/{device['name']} ({share})")
+                            continue
+                        short = None if counted else ledgers[pool].take(device)
+                        if short is not None:
+                            shares.release(key, device, share)
+                            skipped.append(f"{pool}/{device['name']} ({short})")
+                            continue
+                        result: dict[str, Any] = {"request": request["name"], "driver": driver, "pool": pool,
+                                                  "device": device["name"]}
+                        if capacity.multi_allocatable(device):
+                            result = capacity.share_result(result, share)
                         if tolerations:
                             # The eviction controller reads tolerations from the result, not the request
                             # (structured allocator: DeviceRequestAllocationResult.Tolerations).
                             result["tolerations"] = tolerations
                         picked.append(result)
-                        used.add(key)
+                        if not capacity.multi_allocatable(device):
+                            used.add(key)
             if not picked or (want is not None and len(picked) < want):
                 why = f"; skipped {', '.join(skipped)}" if skipped else ""
                 raise AllocationError(f"claim {ns}/{name}: request {request['name']} wants "

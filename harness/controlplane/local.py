@@ -84,6 +84,10 @@ FEATURE_GATES = {
     # DRADeviceTaints (device taints in ResourceSlices) is beta and on by default.
     "DRADeviceTaints": True,
     "DRADeviceTaintRules": True,
+    # DRAPartitionableDevices (sharedCounters, consumesCounters: the DRA-PRT checks) needs no entry: beta and on by
+    # default from 1.36 (kube_features.go v1.36.3; alpha and off in v1.35.4).
+    # Nor does DRAConsumableCapacity (allowMultipleAllocations, requestPolicy, shareID: the DRA-CAP checks): beta and
+    # on by default from 1.36 (kube_features.go v1.36.3; alpha and off in v1.35.4).
 }
 # Beta APIs are off by default: serve only the DeviceTaintRule resource of v1beta2.
 RUNTIME_CONFIG = "resource.k8s.io/v1beta2/devicetaintrules=true"

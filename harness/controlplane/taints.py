@@ -1,7 +1,7 @@
 """Device taints: an admin's DeviceTaintRules, and the taints drivers publish in their ResourceSlices.
 
-DeviceTaintRule is `resource.k8s.io/v1beta2` in Kubernetes 1.36 (v1alpha3
-before 1.35); which version a server serves is probed, not assumed. A rule
+DeviceTaintRule is `resource.k8s.io/v1beta2` from Kubernetes 1.36 (v1alpha3
+from 1.33, still served in 1.36); which version a server serves is probed, not assumed. A rule
 selects devices by driver, pool and device name (the DeviceClass selector was
 tombstoned in 1.35: the eviction controller cannot evaluate it); a rule
 without a selector matches nothing.
@@ -16,10 +16,18 @@ from typing import Any
 from harness.controlplane.client import ApiError, KubeClient
 
 GROUP = "resource.k8s.io"
-RULE_VERSIONS = ("v1beta2", "v1alpha3")  # newest first: v1beta2 from 1.35 (DRADeviceTaintRules beta)
+RULE_VERSIONS = ("v1beta2", "v1alpha3")  # newest first: v1beta2 from 1.36 (DRADeviceTaintRules beta)
 RULE_RESOURCE = "devicetaintrules"
 NO_EXECUTE, NO_SCHEDULE = "NoExecute", "NoSchedule"  # k8s.io/api resource/v1 DeviceTaintEffect values
+# DeviceTaintEffectNone ("purely informational"): new in k8s.io/api v0.35 (v0.34.1 has only the two above), and
+# accepted by the API server's validation.go validDeviceTaintEffects from 1.35 on, in every served version.
+NONE = "None"
+NONE_SINCE = "1.35"
 BLOCKING = (NO_SCHEDULE, NO_EXECUTE)
+# The condition the device-taint eviction controller posts on a rule (k8s.io/api resource/v1beta2 types.go
+# DeviceTaintConditionEvictionInProgress): for a None rule at once, reason NoEffect, with what a NoExecute one
+# would evict (devicetainteviction device_taint_eviction.go handleRuleChange, then its rule work item).
+EVICTION_CONDITION = "EvictionInProgress"
 
 
 class TaintRulesUnavailable(RuntimeError):
@@ -76,6 +84,31 @@ class TaintRules:
         self.created.append(name)
         return rule
 
+    def in_cluster(self) -> list[dict[str, Any]]:
+        """Every DeviceTaintRule in the cluster, whoever made it (as the eviction controller sees them); none
+        where the server serves no version of them."""
+        try:
+            return self.client.list(self.path())
+        except TaintRulesUnavailable:
+            return []
+
+    def condition(self, rule: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """The eviction controller's condition on `rule` for its current generation, waited for (a bounded watch);
+        None if none came within `timeout_s`."""
+        meta = rule["metadata"]
+        selector = f"{self.path()}?fieldSelector=metadata.name={meta['name']}"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            items, version = self.client.list_with_version(selector)
+            found = _condition_of(items[0], meta.get("uid")) if items else None
+            remaining = deadline - time.monotonic()
+            if found is not None or remaining <= 0:
+                return found
+            for event in self.client.watch(selector, version, remaining):
+                found = _condition_of(event.get("object") or {}, meta.get("uid"))
+                if found is not None:
+                    return found
+
     def remove(self, name: str) -> None:
         self.client.delete(self.path(name))
         if name in self.created:
@@ -87,6 +120,16 @@ class TaintRules:
                 self.remove(name)
             except (ApiError, OSError):
                 pass
+
+
+def _condition_of(rule: dict[str, Any], uid: str | None) -> dict[str, Any] | None:
+    meta = rule.get("metadata") or {}
+    if meta.get("uid") != uid:
+        return None  # replaced by a rule of the same name
+    for cond in (rule.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == EVICTION_CONDITION and cond.get("observedGeneration") == meta.get("generation"):
+            return dict(cond)
+    return None
 
 
 def rule_matches(rule: dict[str, Any], driver: str, pool: str, device: str) -> bool:

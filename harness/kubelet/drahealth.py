@@ -301,10 +301,12 @@ class HealthStream:
             with self._call_lock:
                 self._call = None
         if self._stop.is_set():
-            # Deregistration or kubelet stop: the stream context was canceled.
-            self.cache.clear_driver(self.driver)
+            # Deregistration or kubelet stop: the stream context was canceled, and HandleWatchResourcesStream's
+            # deferred clearDriver runs all the same (v1.36.3 manager.go): a rolling update's old instance going
+            # away clears what the new one reported too (kubernetes#140818).
+            cleared = self.cache.clear_driver(self.driver)
             self.timeline.record("dra.health_stream", "kubelet", driver=self.driver, state="ended",
-                                 version=self.version, error="context canceled", cleared=[])
+                                 version=self.version, error="context canceled", cleared=cleared)
             return False
         # An Unavailable before any message is grpc-go's NewStream failing (the handler never
         # ran, nothing is cleared); everything else ended a handled stream, which clears.

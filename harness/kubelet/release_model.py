@@ -4,8 +4,9 @@ The fake kubelet is one program. It stands in for a release (`--kubelet-version 
 `kubelet_version: "1.33"`) only through the fields of versions.KubeletVersion: the DRA and health services it
 negotiates, and a few named behaviours read in that release's sources. Everything else it does is the same
 whatever the release. So "not reproduced on the fake 1.33" is a verdict on this model of 1.33, not evidence
-about a real 1.33 kubelet: a scenario's narration and report list these behaviours wherever a run asks the fake
-for a release (harness/run/commands.py), and docs/reference/scenario-file.md tabulates them.
+about a real 1.33 kubelet: the narration and report of a scenario run, and of a `fakelet run` of checks, list
+these behaviours wherever a run asks the fake for a release (harness/run/commands.py), and
+docs/reference/scenario-file.md tabulates them.
 
 One entry per field of KubeletVersion (tests/test_scenario_reference.py fails when a field has none), each
 with the subjects it concerns: a device plugin meets only the device manager's behaviours.

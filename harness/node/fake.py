@@ -41,16 +41,20 @@ class FakeNode:
     def __init__(self, plugin_dir: Path, state_dir: Path, timeline: Timeline, profile: Profile, *,
                  registry_dir: Path | None = None, kubelet_version: KubeletVersion | None = None,
                  translate: Callable[[str], str] | None = None, dra_health: bool | None = None,
-                 wipe_slices: Callable[[str], None] | None = None, api: NodeApi | None = None) -> None:
+                 wipe_slices: Callable[[str], None] | None = None, api: NodeApi | None = None,
+                 cdi_dir: Path | None = None) -> None:
         """`api` makes each kubelet instance a Node in that API server, with a pod worker for its Pods;
         `translate` maps a path a plugin names (its mount namespace's view) to the harness's;
         `dra_health` forces the ResourceHealthStatus gate (None: the release's default);
-        `wipe_slices(driver)` deletes the node's ResourceSlices of a driver ("" = all) when upstream would."""
+        `wipe_slices(driver)` deletes the node's ResourceSlices of a driver ("" = all) when upstream would;
+        `cdi_dir`, where the node's runtime reads CDI specs: a container whose CDI devices no spec there defines is
+        refused, as containerd 2 refuses it (None: CDI devices are not looked at)."""
         self.plugin_dir, self.timeline, self.profile = Path(plugin_dir), timeline, profile
         self.state_dir = Path(state_dir)
         self.registry_dir = Path(registry_dir) if registry_dir is not None else None
         self.kubelet_version = kubelet_version or default_kubelet_version()
         self.translate, self.dra_health, self.wipe_slices = translate, dra_health, wipe_slices
+        self.cdi_dir = Path(cdi_dir) if cdi_dir is not None else None
         self.manager: DeviceManager | None = None
         self.dra: DRAManager | None = None
         self.watcher: PluginWatcher | None = None
@@ -210,7 +214,7 @@ class FakeNode:
         What containerd and runc would refuse of it (view.py runtime_refusals) means no container:
         AdmissionError, as the real node reports CreateContainerError."""
         responses = [a.response for a in self._admitted.get(pod, [])]
-        refused = runtime_refusals(responses)
+        refused = runtime_refusals(responses, self.cdi_dir)
         if refused:
             raise AdmissionError(f"CreateContainerError: the runtime refuses the container: {'; '.join(refused)}")
         return view_of_responses(responses)

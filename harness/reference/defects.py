@@ -31,6 +31,7 @@ DP_DEFECTS: dict[str, str] = {
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
     "slow-health": "reports health changes 40 s late (past the kubelet's 30 s reaction bound)",
     "leave-socket": "exits on SIGTERM but leaves its socket file behind",
+    "no-cdi-spec": "names CDI devices in Allocate but writes no CDI spec for them",
 }
 
 # Hostile behaviours: a plugin that attacks the kubelet (and so fakelet) rather than merely

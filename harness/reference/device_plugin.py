@@ -6,10 +6,13 @@ inotify for its own socket (re-serve when deleted) and for kubelet.sock
 full device list on every change; exit cleanly on SIGTERM. A health change
 in the device tree is read from the files inotify names, one device, not by
 re-reading the whole tree (a hot-plug, or an overflowed event queue, still
-re-reads it all). `--defect NAME`
-switches on one named bug (harness/reference/defects.py).
+re-reads it all). With `--cdi-dir`, the devices it names as CDI devices in
+Allocate have their spec there before the answer (a runtime that applies CDI,
+containerd 2 or CRI-O, refuses a container with an undefined one), as upstream's
+sample-device-plugin does with CDI_ENABLED. `--defect NAME` switches on one
+named bug (harness/reference/defects.py).
 
-    python -m harness.reference.device_plugin --plugin-dir DIR --inventory FILE
+    python -m harness.reference.device_plugin --plugin-dir DIR --inventory FILE [--cdi-dir DIR]
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from inotify_simple import Event, INotify
 from inotify_simple import flags as IN
 
 from harness.instruments.grpcutil import insecure_unix_channel, unix_target
-from harness.reference import hostile
+from harness.reference import cdi, hostile
 from harness.reference.defects import (
     DP_BENIGN,
     DP_DEFECTS,
@@ -158,6 +161,7 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
             if unknown and not self.p.has("allocate-unknown-ok"):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device IDs: {unknown}")
         responses = [self._container_response(list(r.devices_ids)) for r in request.container_requests]
+        self.p.define_cdi_devices([i for r in request.container_requests for i in r.devices_ids])
         if self.p.has("huge-allocate-response"):
             for r in responses:
                 r.envs["FAKELET_PAD"] = "x" * hostile.OVER_KUBELET_LIMIT_BYTES
@@ -179,8 +183,9 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
                              host_path=str(self.p.dev_dir), read_only=True)],
             devices=[dp.DeviceSpec(container_path=f"/dev/fakelet/{i}", host_path=self.p.dev_path(i),
                                    permissions="rwx" if bad else "rw") for i in ids],
+            # Named only where their spec can be written: an undefined CDI device is a refused container.
             cdi_devices=[dp.CDIDevice(name=f"{i}" if self.p.has("bad-cdi-name") else f"{self.p.resource}={i}")
-                         for i in ids],
+                         for i in ids] if self.p.cdi_dir is not None else [],
         )
         if not self.p.has("racy-allocate"):
             return resp
@@ -195,6 +200,17 @@ class DevicePluginService(dp_grpc.DevicePluginServicer):
         if self.p.has("prestart-hang"):
             self.p.stopping.wait()
         return dp.PreStartContainerResponse()
+
+
+def cdi_env_name(device_id: str) -> str:
+    """The variable a device's CDI spec sets in the container: FAKELET_CDI_<ID> (gpu-0: FAKELET_CDI_GPU_0)."""
+    return "FAKELET_CDI_" + "".join(c if c.isalnum() else "_" for c in device_id).upper()
+
+
+def cdi_spec(resource: str, ids: list[str]) -> dict:
+    """One spec of kind `resource` (vendor.com/class) with one device per ID, each setting its own variable."""
+    return {"cdiVersion": cdi.CDI_VERSION, "kind": resource,
+            "devices": [{"name": i, "containerEdits": {"env": [f"{cdi_env_name(i)}={i}"]}} for i in sorted(ids)]}
 
 
 def _notify(cond: threading.Condition) -> None:
@@ -225,6 +241,9 @@ class ReferencePlugin:
             inventory = Path(args.inventory)
             self.source = InventorySource(inventory, Path(args.dev_dir) if args.dev_dir else inventory.parent)
         self.dev_dir = Path(args.dev_dir) if args.dev_dir else Path("/dev")
+        self.cdi_dir = Path(args.cdi_dir) if args.cdi_dir else None
+        self._cdi_defined: set[str] = set()
+        self._cdi_lock = threading.Lock()
         self.threshold_c, self.hysteresis_c = args.temp_threshold_c, args.temp_hysteresis_c
         self.overheated: set[str] = set()
         self.stuck: set[str] = set()  # stuck-unhealthy mutant
@@ -247,6 +266,17 @@ class ReferencePlugin:
         self._silent: socket.socket | None = None  # silent-endpoint, garbage-endpoint
         self._flooded = False  # register-flood
         self._plugin_wd: int | None = None  # run() watches the plugin dir
+
+    def define_cdi_devices(self, ids: list[str]) -> None:
+        """Every device Allocate named as a CDI device, defined in the spec file before the answer goes out."""
+        if self.cdi_dir is None or self.has("no-cdi-spec") or self.has("bad-cdi-name"):
+            return
+        with self._cdi_lock:
+            if set(ids) <= self._cdi_defined:
+                return
+            self._cdi_defined |= set(ids)
+            vendor, _, cls = self.resource.partition("/")
+            cdi.write_spec(self.cdi_dir / f"{vendor}-{cls}.json", cdi_spec(self.resource, sorted(self._cdi_defined)))
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
@@ -663,6 +693,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-hysteresis-c", type=float, default=5.0,
                         help="Healthy again only below threshold minus this")
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
+    parser.add_argument("--cdi-dir", help="where the runtime reads CDI specs (/var/run/cdi on a node): Allocate "
+                                          "names its devices as CDI devices, defined there; without it, none")
     every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS | DP_LEVELZERO_BENIGN
     parser.add_argument("--defect", choices=sorted(every),
                         help="run as a mutant with this bug, or with this benign quirk")

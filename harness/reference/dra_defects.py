@@ -46,4 +46,28 @@ DRA_DEFECTS: dict[str, str] = {
     "bad-slice": "publishes its pool as two slices that both carry the first device",
     "empty-slice": "publishes its pool without devices (a device discovery that found none and said nothing)",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",
+    # rolling updates (two instances, --pod-uid): what each does to the other's claims and health
+    "refuses-old-claims": "refuses to unprepare a claim it did not prepare itself (the old instance's, after an "
+                          "update)",
+    "private-checkpoint": "keeps a checkpoint of its own per instance: the new one never learns the old one's claims "
+                          "and leaves what they made behind",
+    "loads-checkpoint-once": "reads the shared checkpoint only at start: a claim the other instance unprepared "
+                             "since still holds its device",
+    "waits-for-old-instance": "refuses to prepare while an older instance runs (it waits for a device lock the old "
+                              "one holds until it exits)",
+    "old-health-wins": "the old instance stops watching its devices once a newer one appears and keeps resending "
+                       "the health it last sent",
+    # partitionable devices (harness/reference/dra_partitions.py): only with a partitioned GPU
+    "counters-in-device-slice": "publishes its CounterSets in the slice of the devices that consume them, "
+                                "which 1.36's API server refuses",
+    "overcommit-counters": "its CounterSets offer twice the GPU's memory slices, so overlapping partitions fit at once",
+    "consumes-missing-counter": "the whole GPU consumes a memory-slice counter one past the last its CounterSet has",
+    "prepares-whole-gpu": "prepares a claim for a partition with the whole GPU's CDI device",
+    # consumable capacity (harness/reference/dra_capacity.py): only with a shareable device
+    "policy-without-multi": "publishes a shareable device's requestPolicy without allowMultipleAllocations, which "
+                            "1.36's API server refuses",
+    "shared-prepared-once": "prepares a shared device once: a second claim on it gets the first claim's CDI device",
+    "unprepare-drops-share": "unpreparing one claim on a shared device tears down every claim's share of it",
+    "overstates-capacity": "publishes twice the shared capacity its hardware has",
+    "share-full-capacity": "hands each claim on a shared device the whole device's capacity, not its share",
 }

@@ -27,6 +27,8 @@ endpoint.go) and adds what a careful driver does on top:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import itertools
 import logging
@@ -54,7 +56,7 @@ from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.taints import RULE_VERSIONS, rule_matches
 from harness.instruments.grpcutil import unix_target
 from harness.launch.sandbox import SOCKET_PATH_MAX
-from harness.reference import cdi
+from harness.reference import cdi, dra_capacity, dra_partitions
 from harness.reference.dra_checkpoint import Checkpoint
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.reference.dra_slices import SlicePublisher, dns_label
@@ -83,6 +85,10 @@ HEALTH_V1 = "v1.DRAResourceHealth"  # kubelet@v0.37 pkg/apis/dra-health/v1 types
 HEALTH_V1ALPHA1 = "v1alpha1.DRAResourceHealth"  # kubelet pkg/apis/dra-health/v1alpha1 types.go
 REG_SOCKET_SUFFIX = "-reg.sock"  # kubeletplugin draplugin.go Start: o.driverName + uidPart + "-reg.sock"
 DRA_SOCKET = "dra.sock"  # kubeletplugin draplugin.go Start: "dra" + uidPart + ".sock"
+# kubeletplugin draplugin.go New: under RollingUpdate, path.Join(pluginDataDirectoryPath, "serialize.lock"), the
+# file lock that serializes prepare and unprepare across every instance of the driver (serializeGRPCIfEnabled).
+SERIALIZE_LOCK = "serialize.lock"
+DEVICES_LOCK = "devices.lock"  # waits-for-old-instance: the lock its old instance holds until it exits
 
 
 UID_DIGEST_CHARS = 12  # hex digits of a UID's SHA-256 that stand for it in a socket name too long with it
@@ -148,6 +154,8 @@ class HwDevice:
     temperature_c: float | None
     node: str
     host_path: str
+    layout: dra_partitions.Layout | None = None  # MIG-style partitions, when the backend cut the GPU into some
+    sharing: dra_capacity.Sharing | None = None  # its shared capacities, when the backend makes it shareable
 
 
 class DraSysfsSource(SysfsSource):
@@ -176,7 +184,9 @@ class DraSysfsSource(SysfsSource):
                         vendor=value("vendor"), numa=int(value("numa_node", "0") or 0),
                         pci_address=value("pci_address"), memory_mib=int(value("memory_mib", "0") or 0),
                         health=value("health", HW_HEALTHY), temperature_c=int(milli) / 1000 if milli else None,
-                        node=node, host_path=str(self.root / "dev" / node) if node else "/dev/null")
+                        node=node, host_path=str(self.root / "dev" / node) if node else "/dev/null",
+                        layout=dra_partitions.read_layout(d, self.root / "dev"),
+                        sharing=dra_capacity.read_sharing(d))
 
 
 def _notify(cond: threading.Condition) -> None:
@@ -185,6 +195,13 @@ def _notify(cond: threading.Condition) -> None:
 
 
 # -- gRPC services -------------------------------------------------------------
+
+
+def _share_id(pb: ModuleType, device: dict[str, Any]) -> dict[str, str]:
+    # v1's Device names the share (kubelet pkg/apis/dra/v1 api.proto share_id); v1beta1's has no field for it.
+    if device.get("share_id") and "share_id" in pb.Device.DESCRIPTOR.fields_by_name:
+        return {"share_id": device["share_id"]}
+    return {}
 
 
 def _dra_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) -> Any:
@@ -204,7 +221,8 @@ def _dra_servicer(pb: ModuleType, pb_grpc: ModuleType, driver: ReferenceDriver) 
                 resp.claims[uid].CopyFrom(pb.NodePrepareResourceResponse(
                     error=result.get("error", ""),
                     devices=[pb.Device(request_names=d["requests"], pool_name=d["pool"], device_name=d["device"],
-                                       cdi_device_ids=d["cdi_ids"]) for d in result.get("devices", [])]))
+                                       cdi_device_ids=d["cdi_ids"], **_share_id(pb, d))
+                             for d in result.get("devices", [])]))
             return resp
 
         def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -318,8 +336,16 @@ class ReferenceDriver:
         self.terminating = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
 
-        self.checkpoint = Checkpoint(self.state_dir)
+        # Under a rolling update (--pod-uid) two instances share --state-dir, and the kubelet may call either:
+        # each call reads the checkpoint again under a file lock both take (kubeletplugin RollingUpdate: "load
+        # shared state from a file at the start of a call, execute and then store the updated shared state").
+        self.rolling = bool(args.pod_uid)
+        private = self.rolling and self.has("private-checkpoint")
+        self.checkpoint = Checkpoint(self.state_dir / args.pod_uid if private else self.state_dir)
+        self.serialize_lock = self.plugin_dir / SERIALIZE_LOCK
         self.claims_lock = threading.Lock()  # the helper serializes prepare and unprepare (Serialize)
+        self.mine: set[str] = set()  # refuses-old-claims: the claims this process prepared
+        self.devices_fd: int | None = None  # waits-for-old-instance: its lock on DEVICES_LOCK, once it got it
         self.prepared: dict[str, dict[str, Any]] = {} if self.has("forgets-after-restart") else self.checkpoint.load()
         self.released_once = False  # the stuck-after-unprepare mutant: set by its first release of a claim
 
@@ -338,6 +364,48 @@ class ReferenceDriver:
 
     def has(self, defect: str) -> bool:
         return self.defect == defect
+
+    @contextlib.contextmanager
+    def _serialized(self) -> Iterator[None]:
+        """One prepare or unprepare at a time: in this process, and under a rolling update across the instances
+        (a blocking flock, as the helper's fileutil.LockFile), with the checkpoint as the other one left it."""
+        with self.claims_lock:
+            if not self.rolling:
+                yield
+                return
+            self.plugin_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.serialize_lock, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+                if not self.has("loads-checkpoint-once"):
+                    self.prepared = self.checkpoint.load()
+                yield
+
+    def _hold_devices(self) -> bool:
+        """waits-for-old-instance: whether this process holds DEVICES_LOCK (taken at once if free)."""
+        if self.devices_fd is None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.state_dir / DEVICES_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            self.devices_fd = fd
+        return True
+
+    def _newer_instance(self) -> bool:
+        """old-health-wins: another registration socket of this driver, made after ours (an update's new pod)."""
+        try:
+            mine = self.reg_socket.stat().st_mtime_ns
+            others = [p for p in self.registry_dir.iterdir() if p != self.reg_socket
+                      and p.name.startswith(f"{self.driver}-") and p.name.endswith(REG_SOCKET_SUFFIX)]
+        except OSError:
+            return False
+        for p in others:
+            with contextlib.suppress(OSError):
+                if p.stat().st_mtime_ns > mine:
+                    return True
+        return False
 
     # -- devices -----------------------------------------------------------
 
@@ -371,7 +439,8 @@ class ReferenceDriver:
             out.append({"id": d.id, "name": dns_label(d.id), "index": self.indexes[d.id], "cls": d.cls,
                         "uuid": d.uuid, "model": d.model, "vendor": d.vendor, "numa": d.numa,
                         "pci_address": d.pci_address, "memory_mib": d.memory_mib, "node": d.node,
-                        "host_path": d.host_path, "health": health, "reason": reason})
+                        "host_path": d.host_path, "health": health, "reason": reason, "layout": d.layout,
+                        "sharing": d.sharing})
         self._taint(out, seen)
         if self.has("no-hotplug"):
             if self.frozen is None:
@@ -444,7 +513,8 @@ class ReferenceDriver:
 
     def device(self, name: str) -> dict[str, Any] | None:
         with self.changed:
-            return next((d for d in self.devices if d["name"] == name), None)
+            found = next((d for d in self.devices if d["name"] == name), None)
+            return found or dra_partitions.find(self.devices, name, whole_gpu=self.has("prepares-whole-gpu"))
 
     # -- health --------------------------------------------------------------
 
@@ -459,6 +529,7 @@ class ReferenceDriver:
                     cond.wait()
             return
         seen, due = -1, 0.0
+        last: list[dict[str, str]] | None = None  # old-health-wins: what this stream sent before a newer instance
         while context.is_active() and not self.stopping.is_set():
             with cond:
                 now = time.monotonic()
@@ -467,7 +538,11 @@ class ReferenceDriver:
                     continue
                 seen = self.generation
                 devices = [{"pool": self.pool, "device": d["name"], "health": d["health"], "reason": d["reason"]}
-                           for d in self.devices]
+                           for d in self.devices] + dra_partitions.health_entries(self.devices, self.pool)
+            if self.has("old-health-wins") and last is not None and self._newer_instance():
+                devices = last  # the bug: it handed the devices over, and still speaks for them
+            else:
+                last = devices
             yield devices
             due = time.monotonic() + self.stream_refresh_s
 
@@ -495,12 +570,15 @@ class ReferenceDriver:
     def prepare(self, claims: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
         if self.has("drops-claims-in-batch"):
             claims = claims[:1]
+        if self.has("waits-for-old-instance") and claims and not self._hold_devices():
+            return {uid: {"devices": [], "error": f"claim {ns}/{name}: the devices are held by another instance "
+                                                  "of the driver"} for ns, uid, name in claims}
         # Slow API calls before serializing, like the helper.
         with self.claims_lock:
             known = set(self.prepared)
         fetched = {uid: self._fetch_claim(ns, uid, name) for ns, uid, name in claims if uid not in known}
         results: dict[str, dict[str, Any]] = {}
-        with self.claims_lock:
+        with self._serialized():
             before = dict(self.prepared)
             for ns, uid, name in claims:
                 try:
@@ -540,36 +618,66 @@ class ReferenceDriver:
             if pool != self.pool or device is None:
                 return {"devices": [], "error": f"claim {namespace}/{name}: device {pool}/{device_name} "
                                                 f"is not one of this node's devices"}
-            if device_name in in_use:
+            share_id = r.get("shareID") if device.get("sharing") else None
+            if share_id:
+                if self.has("shared-prepared-once") and device_name in in_use:
+                    # The bug: a device is prepared once; a second claim on it gets the first one's answer.
+                    first = self.prepared[in_use[device_name]]
+                    self.prepared[uid] = {"namespace": namespace, "name": name, "devices": first["devices"],
+                                          "cdi_spec": first["cdi_spec"], "spec": first["spec"]}
+                    self.mine.add(uid)
+                    return {"devices": first["devices"], "error": ""}
+                over = dra_capacity.over_capacity(device, r, self.prepared)
+                if over is not None:
+                    return {"devices": [], "error": f"claim {namespace}/{name}: {over}"}
+            elif device_name in in_use:
                 # The last line of defense the helper asks drivers to be (draplugin.go PrepareResourceClaims).
                 return {"devices": [], "error": f"claim {namespace}/{name}: device {device_name} is already "
                                                 f"prepared for claim {in_use[device_name]}"}
+            with self.changed:
+                shared = dra_partitions.clash(self.devices, device_name, in_use)
+            if shared is not None:
+                return {"devices": [], "error": f"claim {namespace}/{name}: device {device_name} shares memory "
+                                                f"slices with device {shared[0]}, prepared for claim {shared[1]}"}
             cdi_name = cdi.device_name(uid, device_name, self.nonce)
             cdi_devices.setdefault(cdi_name, {
                 "name": cdi_name,
                 "node": f"/dev/{device['node']}" if device["node"] else f"/dev/fakelet/{device_name}",
                 "host": device["host_path"],
                 "env": {f"FAKELET_DEVICE_{device['index']}": device_name,
-                        f"FAKELET_DEVICE_{device['index']}_UUID": device["uuid"]},
+                        f"FAKELET_DEVICE_{device['index']}_UUID": device["uuid"],
+                        **(dra_capacity.share_env(device, r, self.defect) if share_id else {})},
             })
             cdi_id = cdi_name if self.has("wrong-cdi-id") else cdi.qualified_id(self.driver, CDI_CLASS, cdi_name)
             # Subrequest names are stripped, as the helper does (draplugin.go stripSubrequestNames).
-            devices.append({"requests": [str(r.get("request", "")).split("/")[0]], "pool": pool,
-                            "device": device_name, "cdi_ids": [cdi_id]})
+            entry: dict[str, Any] = {"requests": [str(r.get("request", "")).split("/")[0]], "pool": pool,
+                                     "device": device_name, "cdi_ids": [cdi_id]}
+            if share_id:
+                entry.update(share_id=str(share_id), consumed=dict(r.get("consumedCapacity") or {}))
+            devices.append(entry)
         spec_file = cdi.spec_path(self.cdi_dir, self.driver, CDI_CLASS, uid)
         spec = cdi.build_spec(self.driver, CDI_CLASS, uid, list(cdi_devices.values()))
         cdi.write_spec(spec_file, spec)
         self.prepared[uid] = {"namespace": namespace, "name": name, "devices": devices,
                               "cdi_spec": str(spec_file), "spec": spec}
+        self.mine.add(uid)
         return {"devices": devices, "error": ""}
 
     def unprepare(self, claims: list[tuple[str, str, str]]) -> dict[str, str]:
         errors: dict[str, str] = {}
-        with self.claims_lock:
+        with self._serialized():
             before = dict(self.prepared)
             for ns, uid, name in claims:
+                if self.has("unprepare-drops-share"):
+                    # The bug: the device is torn down, and with it every share of it other claims still hold.
+                    for other in dra_capacity.sharing_claims(self.prepared, uid):
+                        cdi.remove_spec(Path(self.prepared.pop(other)["cdi_spec"]))
                 record = self.prepared.pop(uid, None)
                 try:
+                    if record is not None and self.has("refuses-old-claims") and uid not in self.mine:
+                        self.prepared[uid] = record
+                        errors[uid] = f"claim {ns}/{name} was not prepared by this instance"
+                        continue
                     if record is not None and self._evicted_defect(record):
                         if self.has("unprepare-fails-after-eviction"):
                             self.prepared[uid] = record
@@ -583,7 +691,7 @@ class ReferenceDriver:
                     elif self.has("unprepare-unknown-errors"):
                         errors[uid] = f"claim {ns}/{name} ({uid}) is not prepared"
                         continue
-                    elif not self.has("forgets-after-restart"):
+                    elif not (self.has("forgets-after-restart") or self.has("private-checkpoint")):
                         # Unknown is success (idempotent); a spec of ours left by a crash goes too.
                         cdi.remove_spec(cdi.spec_path(self.cdi_dir, self.driver, CDI_CLASS, uid))
                     errors[uid] = ""
@@ -693,10 +801,15 @@ class ReferenceDriver:
         plugin_wd = watcher.add_watch(str(self.plugin_dir), sockets)
         self.source.watch(watcher)
         self.refresh()
+        if self.has("waits-for-old-instance"):
+            self._hold_devices()  # for its lifetime: a newer instance cannot have the devices until this one exits
         if self.client is not None:
             self.publisher = SlicePublisher(self.client, self.driver, self.node,
                                             duplicate_first=self.has("bad-slice"),
-                                            empty=self.has("empty-slice")).start()
+                                            empty=self.has("empty-slice"),
+                                            layout=lambda devices: dra_capacity.pool_slices(
+                                                devices, self.defect, dra_partitions.pool_slices(devices, self.defect))
+                                            ).start()
             self.publisher.update(self.devices)
         # Serve first: the kubelet dials the endpoint as soon as it sees the registration socket.
         self.serve_dra()

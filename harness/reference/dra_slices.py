@@ -22,6 +22,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from harness.controlplane.base import RESOURCE_API
@@ -106,8 +107,16 @@ def _comparable(devices: list[dict[str, Any]]) -> list[tuple]:
         cap = tuple(sorted((k, quantity(v.get("value", ""))) for k, v in (d.get("capacity") or {}).items()))
         taints = tuple((t.get("key"), t.get("value", ""), t.get("effect"), t.get("timeAdded"))
                        for t in d.get("taints") or [])
-        out.append((d.get("name"), attrs, cap, taints))
+        out.append((d.get("name"), attrs, cap, taints, _comparable_counters(d.get("consumesCounters"))))
     return out
+
+
+def _comparable_counters(sets: list[dict[str, Any]] | None) -> tuple:
+    """CounterSets or a device's consumesCounters (both name their set and map counters to {value}): by name, each
+    quantity as a number, since the server canonicalizes it ("40960Mi" comes back "40Gi")."""
+    def counters(c: dict[str, Any]) -> tuple:
+        return tuple(sorted((k, quantity((v or {}).get("value", ""))) for k, v in (c.get("counters") or {}).items()))
+    return tuple(sorted((c.get("name") or c.get("counterSet"), counters(c)) for c in sets or []))
 
 
 def _index_of(name: str, length: int) -> int | None:
@@ -121,10 +130,14 @@ class SlicePublisher:
     """Keeps the node's pool in the API server equal to the driver's devices, on its own thread."""
 
     def __init__(self, client: Client, driver: str, node: str, duplicate_first: bool = False,
-                 empty: bool = False) -> None:
+                 empty: bool = False,
+                 layout: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None] | None = None) -> None:
+        """`layout` turns the driver's devices into the pool's slices ({"devices": [...]} or {"sharedCounters":
+        [...]} each), or None for one slice of plain devices (harness/reference/dra_partitions.py)."""
         self.client, self.driver, self.node = client, driver, node
         self.duplicate_first = duplicate_first  # the bad-slice mutant
         self.empty = empty  # the empty-slice mutant
+        self.layout = layout
         self._cond = threading.Condition()
         self._desired: list[dict[str, Any]] | None = None
         self._dirty = False
@@ -139,7 +152,8 @@ class SlicePublisher:
 
     def update(self, devices: list[dict[str, Any]]) -> None:
         with self._cond:
-            self._desired = [device_entry(d) for d in devices]
+            parts = self.layout(devices) if self.layout is not None else None
+            self._desired = parts if parts is not None else self._desired_slices([device_entry(d) for d in devices])
             self._dirty = True
             self._cond.notify_all()
 
@@ -175,14 +189,15 @@ class SlicePublisher:
             backoff = RETRY_START_S
             next_sync = time.monotonic() + RESYNC_S
 
-    def _desired_slices(self, devices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    def _desired_slices(self, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pool's slices of plain devices: what goes into each slice's spec beside driver, pool and node."""
         if self.empty:
             # The bug: the pool is published, but without the devices the driver serves.
-            return [[]]
+            return [{"devices": []}]
         if self.duplicate_first and devices:
             # The bug: a second slice of the same pool repeats a device name.
-            return [devices, devices[:1]]
-        return [devices]
+            return [{"devices": devices}, {"devices": devices[:1]}]
+        return [{"devices": devices}]
 
     def _owner(self) -> list[dict[str, Any]]:
         if self._node_uid is None:
@@ -193,14 +208,13 @@ class SlicePublisher:
                 return []
         return [{"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self._node_uid, "controller": True}]
 
-    def _sync(self, devices: list[dict[str, Any]]) -> None:
-        """One pass of resourceslicecontroller.go syncPool, for our one pool."""
+    def _sync(self, desired: list[dict[str, Any]]) -> None:
+        """One pass of resourceslicecontroller.go syncPool, for our one pool (`desired`: each slice's content)."""
         selector = f"{SLICE_SELECTOR_NODE}={self.node},{SLICE_SELECTOR_DRIVER}={self.driver}"
         existing = [s for s in self.client.list(SLICES_PATH, field_selector=selector)
                     if s.get("spec", {}).get("driver") == self.driver and s["spec"].get("nodeName") == self.node]
         ours = [s for s in existing if s["spec"].get("pool", {}).get("name") == self.node]
         obsolete = [s for s in existing if s not in ours]  # pools we no longer have
-        desired = self._desired_slices(devices)
         length = max(INDEX_MIN_LENGTH, len(f"{len(desired) - 1:x}"))  # getIndexLength
         generation = max((int(s["spec"]["pool"].get("generation", 0)) for s in ours), default=0)
         matched: dict[int, dict] = {}
@@ -213,7 +227,9 @@ class SlicePublisher:
                 obsolete.append(s)
         up_to_date = (not obsolete and len(matched) == len(desired) and all(
             int(s["spec"]["pool"].get("resourceSliceCount", 0)) == len(desired)
-            and _comparable(s["spec"].get("devices") or []) == _comparable(desired[i])
+            and _comparable(s["spec"].get("devices") or []) == _comparable(desired[i].get("devices") or [])
+            and _comparable_counters(s["spec"].get("sharedCounters")) == _comparable_counters(
+                desired[i].get("sharedCounters"))
             for i, s in matched.items()))
         if up_to_date:
             self.published_generation = generation
@@ -223,11 +239,13 @@ class SlicePublisher:
         # Obsolete first: better to drop devices we no longer have even if the new slices fail.
         for s in obsolete:
             self.client.delete(f"{SLICES_PATH}/{s['metadata']['name']}", missing_ok=True)
-        for i, slice_devices in enumerate(desired):
-            spec = {"driver": self.driver, "pool": pool, "nodeName": self.node, "devices": slice_devices}
+        for i, content in enumerate(desired):
+            spec = {"driver": self.driver, "pool": pool, "nodeName": self.node, **content}
             if i in matched:
                 body = dict(matched[i])
-                body["spec"] = {**matched[i]["spec"], **spec}
+                # A slice that held devices may hold counter sets now, and the other way round: never both.
+                kept = {k: v for k, v in matched[i]["spec"].items() if k not in ("devices", "sharedCounters")}
+                body["spec"] = {**kept, **spec}
                 self.client.replace(f"{SLICES_PATH}/{body['metadata']['name']}", body)
             else:
                 prefix = f"{i:0{length}x}{NAME_SEPARATOR}{self.driver}{NAME_SEPARATOR}{self.node}{NAME_SEPARATOR}"
@@ -239,4 +257,4 @@ class SlicePublisher:
                                                  "metadata": metadata, "spec": spec})
         self.published_generation = generation
         log.info("published pool %s generation %d: %s", self.node, generation,
-                 ", ".join(d["name"] for d in devices) or "no devices")
+                 ", ".join(d["name"] for part in desired for d in part.get("devices") or []) or "no devices")

@@ -36,6 +36,7 @@ from harness.launch import cgroups, gobuild
 from harness.launch.containers import engine
 from harness.node.kind.cluster import DEFAULT_NODE_IMAGE
 from harness.node.real import image, localnode, releases
+from harness.node.real import runtime as node_runtime
 from harness.run import prebuild
 from harness.run.prebuild import Binary
 from harness.run.version import version_line
@@ -90,6 +91,7 @@ class Machine:
     engine_error: str | None = None
     node_image: bool | None = None
     node_tools: list[tuple[str, str]] = field(default_factory=list)
+    node_runtime: list[Binary] = field(default_factory=list)  # containerd 2 (harness/node/real/runtime.py)
     busybox_error: str | None = None
     inotify_limit: int | None = None
     inotify_used: int = 0
@@ -277,6 +279,7 @@ def probe(offline: bool) -> Machine:
     if m.files is not None:
         m.binaries = binary_groups()
         m.subjects = prebuild.bundled_builds()
+        m.node_runtime = prebuild.node_runtime()
     return m
 
 
@@ -419,12 +422,25 @@ def packages(hints: list[str]) -> str:
 
 
 def runtime_tier(m: Machine) -> Tier:
+    """The real node's runtime: containerd 2 (cached, to build, or not buildable: then Debian's, without CDI)."""
     missing = [tool for tool, _ in m.node_tools] + (["a static busybox"] if m.busybox_error else [])
     hints = [package for _, package in m.node_tools] + ([image.BUSYBOX_HINT] if m.busybox_error else [])
-    if not missing:
-        return Tier("runtime", OK, "containerd and runc: containerd, ctr, runc, nsenter and a static busybox found")
-    return Tier("runtime", MISSING, f"containerd and runc: {', '.join(missing)} not found: no --node real",
-                packages(hints))
+    if missing:
+        return Tier("runtime", MISSING, f"containerd and runc: {', '.join(missing)} not found: no --node real",
+                    packages(hints))
+    found = "runc, nsenter and a static busybox found"
+    states = {m.state(b) for b in m.node_runtime}
+    name = f"containerd {node_runtime.pinned_version()}" if m.files is not None else "containerd 2"
+    if m.node_runtime and states <= {"path", "cached"}:
+        return Tier("runtime", OK, f"real node's runtime: {name} cached (applies CDI devices); {found}")
+    if m.node_runtime and "missing" not in states:
+        cost = sum(s for s in prebuild.costs(m.node_runtime, m.node_runtime).values() if s is not None)
+        return Tier("runtime", LIMITED, f"real node's runtime: {name} to build (~{elapsed_text(cost)} measured, "
+                                        f"once; it applies CDI devices); {found}",
+                    "fakelet prebuild --all (or let the first --node real run build it)")
+    return Tier("runtime", LIMITED, f"real node's runtime: {name} cannot be built, so Debian's containerd, which "
+                                    f"applies no CDI devices: {node_runtime.CDI_CHECKS}; {found}",
+                gobuild.GO_FIX if not m.go_usable else "see the Go module proxy")
 
 
 def inotify_tier(m: Machine) -> Tier:

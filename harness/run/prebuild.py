@@ -6,8 +6,8 @@ a step of its own, and keep the cache between pipelines. This says what it will 
 each build costs, builds each with the same progress lines a run shows, and ends with the one
 directory to cache.
 
-    fakelet prebuild --all                       # the default release's kube binaries, kind, every Go subject
-    fakelet prebuild --kubelet-version 1.37      # the real node's kubelet of 1.37, and the control plane
+    fakelet prebuild --all                       # the default release's kube binaries, containerd 2, kind, Go subjects
+    fakelet prebuild --kubelet-version 1.37      # the real node's kubelet of 1.37 and containerd 2, the control plane
     fakelet prebuild --subject sample-device-plugin --subject-file my-plugin.yaml
     fakelet prebuild --all --dry-run             # the plan only
 
@@ -40,7 +40,7 @@ from harness.instruments.progress import elapsed_text, home_relative
 from harness.kubelet.versions import for_release
 from harness.launch import gobuild
 from harness.node.kind.cluster import KIND_MODULE, KIND_PACKAGE, KUBECTL_PACKAGE
-from harness.node.real import releases
+from harness.node.real import releases, runtime
 from harness.spec import bundled
 from harness.spec.subjects import SubjectSpec, load_subject, load_subject_file, profile_paths, resolve_build
 
@@ -128,6 +128,11 @@ def kubelet(release: str | None) -> Binary:
                   release=version, why="for the real node")
 
 
+def node_runtime() -> list[Binary]:
+    """The real node's containerd 2 (daemon, runc shim, ctr), as harness/node/real/runtime.py builds it."""
+    return [Binary(name, package, runtime.module(), why=runtime.WHY) for name, package in runtime.COMMANDS.items()]
+
+
 def kind_tier() -> list[Binary]:
     """kind and kubectl, as harness/node/kind/cluster.py finds or builds them."""
     return [Binary("kind", KIND_PACKAGE, bundled.go_module(KIND_MODULE), lookup=_which, why="for the kind tier"),
@@ -162,8 +167,9 @@ def bundled_builds() -> dict[str, Binary]:
 
 
 def default_binaries() -> list[Binary]:
-    """`--all`: the default release's kube binaries, kind, and every bundled subject that is built."""
-    return unique([*control_plane(), kubelet(None), *kind_tier(), *bundled_builds().values()])
+    """`--all`: the default release's kube binaries, the real node's containerd 2, kind, and every bundled subject
+    that is built."""
+    return unique([*control_plane(), kubelet(None), *node_runtime(), *kind_tier(), *bundled_builds().values()])
 
 
 def unique(binaries: Iterable[Binary]) -> list[Binary]:
@@ -183,15 +189,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        "Exit code 0 when everything asked for is cached afterwards, 1 when a build failed, 2 on bad "
                        "input.")
     p.add_argument("--kubelet-version", action="append", default=[], metavar="VERSION",
-                   help="the real node's kubelet of this release (a minor: its newest patch; repeatable), with the "
-                        "control plane's kube-apiserver, kube-controller-manager and kube-scheduler")
+                   help="the real node's kubelet of this release (a minor: its newest patch; repeatable) and its "
+                        "containerd 2, with the control plane's kube-apiserver, kube-controller-manager and "
+                        "kube-scheduler")
     p.add_argument("--subject", action="append", default=[], metavar="NAME",
                    help="a bundled subject's binary (repeatable; fakelet subjects lists them)")
     p.add_argument("--subject-file", action="append", default=[], metavar="PATH",
                    help="the binary a subject file's build: makes (repeatable)")
     p.add_argument("--all", action="store_true",
-                   help="the default release's kube binaries, kind and kubectl, and every bundled subject that "
-                        "is built with Go")
+                   help="the default release's kube binaries, the real node's containerd 2, kind and kubectl, "
+                        "and every bundled subject that is built with Go")
     p.add_argument("--dry-run", action="store_true", help="print the plan only")
 
 
@@ -204,7 +211,7 @@ def wanted(args: argparse.Namespace) -> tuple[list[Binary], list[str]]:
     notes = []
     for release in args.kubelet_version:
         try:
-            found += [kubelet(release), *control_plane()]
+            found += [kubelet(release), *node_runtime(), *control_plane()]
         except ValueError as err:
             raise ValueError(f"--kubelet-version {release}: {err}") from None
     specs = [load_subject(name) for name in args.subject] + [load_subject_file(p) for p in args.subject_file]

@@ -2,7 +2,8 @@
 
 Only what the run already knows, or what can be read without starting anything: fakelet's own
 checkout (`git` in it), files to hash, the API server's version as the control plane recorded it, and
-Debian's package database for the runtime pieces installed from it (etcd, containerd, runc).
+Debian's package database for the runtime pieces installed from it (etcd, runc, and containerd where the
+real node falls back to Debian's), the build cache for containerd 2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness.config.runconfig import RunConfig, fakelet_version
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable
+from harness.node.real import runtime as node_runtime
 from harness.spec import bundled
 from harness.spec.checks import all_packages, catalog
 from reports.model import FAIL, PASS, SubjectReport
@@ -136,6 +138,9 @@ def component_facts(run: RunConfig) -> dict[str, str]:
     if run.node == "real":
         for name in ("containerd", "runc"):
             out[name] = package_version(PACKAGES[name]) or "version unknown (not from a Debian package)"
+        built = node_runtime.in_use()
+        if built is not None:
+            out["containerd"] = f"{built.version} (built from {node_runtime.CONTAINERD} v{built.version})"
     return out
 
 

@@ -340,7 +340,8 @@ class Collector:
             binary = self.run.resolve_binary()
             env = DRAEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
                          kubelet_version=self.run.kubelet_version, control_plane=plane, control_plane_error=why,
-                         real_node=real_node)
+                         real_node=real_node, partitioned=bool(mark is not None and mark.kwargs.get("partitioned")),
+                         shared=bool(mark is not None and mark.kwargs.get("shared")))
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:

@@ -23,10 +23,10 @@ from harness.kubelet.versions import KUBELET_VERSIONS
 from harness.launch.sandbox import longest_path
 from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.scenarios.schema import Case, Scenario, _line_of, examine
-from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import DEVICE_OPS, NO_DEFECT, NVML_CONTROLS, SCRIPTS, chosen
 from harness.spec.subjects import PLACEHOLDERS, ProfileError, SubjectSpec, all_subjects, load_yaml, render
+from harness.world.socket_paths import dirs_under, overflows
 
 DEFAULT_SUBJECT = {"device-plugin": "reference-dp", "dra": "reference-dra"}  # a scenario file that names none
 # Conditions that name a pod, and the key that names it.

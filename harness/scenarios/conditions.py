@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from harness.controlplane.client import ApiError
-from harness.controlplane.taints import BLOCKING, NO_EXECUTE, describe_taint, device_taints
+from harness.controlplane.taints import BLOCKING, NO_EXECUTE, describe_taint, device_taints, rule_matches
 from harness.instruments.dials import DIAL
 from harness.instruments.grpcutil import status_of
 from harness.instruments.interceptors import method_name
@@ -39,6 +39,7 @@ from harness.node.fake import FakeNode
 from harness.node.real.cluster import NAMESPACE as CLUSTER_NAMESPACE
 from harness.node.real.configs import STATE_HOLD_S
 from harness.scenarios.outcomes import Inconclusive
+from harness.scenarios.vocabulary import TAINT_SOURCES
 from harness.world.cdispecs import defined_devices, left_for_claim
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ OWN_EVENTS = frozenset({"podresources.call"})
 # A kubelet's calls to a plugin as the timeline holds them: unary calls, and streams (ListAndWatch,
 # NodeWatchResources) as they are opened.
 CALL_EVENTS = ("grpc.call", "grpc.stream_open")
-# How a kubelet without the KubeletPodResourcesGet feature gate (alpha, off by default) answers Get.
+# How a kubelet without the KubeletPodResourcesGet feature gate answers Get (pkg/features/kube_features.go: alpha and
+# off by default until 1.34, beta and on from 1.34, GA and locked on from 1.36).
 GET_DISABLED = "Get method disabled"
 
 
@@ -418,7 +420,7 @@ class Conditions:
             details = (err.details() if hasattr(err, "details") else "") or ""
             if via == "Get" and GET_DISABLED in details:
                 raise Inconclusive("PodResources Get is disabled on this kubelet (feature gate KubeletPodResourcesGet, "
-                                   "alpha and off by default): " + details) from None
+                                   "off by default before 1.34): " + details) from None
             if via == "Get" and err.code() == grpc.StatusCode.UNKNOWN and details.endswith(" not found"):  # type: ignore[attr-defined]
                 return None, ""  # upstream's answer for a pod it does not hold (a plain error, code Unknown)
             return None, status_of(err)
@@ -459,6 +461,8 @@ class Conditions:
             status = node.allocated_resources_status(pod.key)
         health = [r.get("health") for entries in status.values() for entry in entries
                   for r in (entry.get("resources") or [entry])]
+        if not health and self.stage.is_dra and (off := _no_health_status(node)):
+            raise Inconclusive(f"resources_status of {pod.name}: {off}")
         ok = bool(health) and all(h == want["health"] for h in health)
         return ok, f"allocatedResourcesStatus of {pod.name}: {', '.join(map(str, health)) or 'none'}"
 
@@ -489,7 +493,12 @@ class Conditions:
             path = sandbox.plugin_dir / dp_checkpoint.CHECKPOINT_NAME
             try:
                 entries = dp_checkpoint.read(path, verify=False).entries
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            except OSError as err:
+                # A file fakelet cannot read is no count of 0: the kubelet may hold entries in it.
+                raise Inconclusive(f"the device-manager checkpoint cannot be read from here: {err}") from None
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                # One the kubelet cannot decode either: it goes on without its entries (devicemanager manager.go
+                # Start, "Continue after failing to read checkpoint file").
                 return self._count("devices in the checkpoint", 0, want["devices"])[0], \
                     f"checkpoint unreadable: {type(err).__name__}"
             node = self.env.node
@@ -501,7 +510,10 @@ class Conditions:
             claims = self.env.kubelet_claims()  # type: ignore[attr-defined]
         except AssertionError as err:
             raise Inconclusive(str(err)) from None
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except OSError as err:
+            # Missing is an empty checkpoint (kubelet_claims); any other failure to read it says nothing of it.
+            raise Inconclusive(f"the kubelet's DRA checkpoint cannot be read from here: {err}") from None
+        except (ValueError, KeyError, TypeError) as err:
             claims, note = [], f" (unreadable: {type(err).__name__})"
         else:
             note = ""
@@ -609,15 +621,18 @@ class Conditions:
                 got = cache.get(env.driver, pools.get(device, env.node_name), device).health
                 seen.append(f"{device} {got or 'Unknown'}")
                 if got != health:
-                    return False, f"the kubelet holds {device} {got or 'Unknown'} (wanted {health}); " + \
-                        ", ".join(seen[:-1])
+                    earlier = ", ".join(seen[:-1])
+                    return False, (f"the kubelet holds {device} {got or 'Unknown'} (wanted {health})"
+                                   + (f"; {earlier}" if earlier else ""))
         source = "" if isinstance(node, FakeNode) else " (the relay's copy of the real kubelet's cache)"
         return True, "device health: " + ", ".join(seen) + source
 
     def _taints(self, want: dict[str, Any]) -> tuple[bool, str]:
-        """The driver's own taints that keep claims away, on the devices allowed only (DRA-TNT-01: that device
-        only, NoExecute only when critical). A DeviceTaintRule is an admin's, not in the slices: not judged."""
-        taints = device_taints(self.env.slices())  # type: ignore[attr-defined]
+        """The taints that keep claims away, on the devices allowed only: the driver's own by default
+        (DRA-TNT-01: that device only, NoExecute only when critical), DeviceTaintRules' with from: rules, either
+        with from: both (what the scheduler and the eviction controller act on)."""
+        source = want.get("from", TAINT_SOURCES[0])
+        taints = self._device_taints(source)
         for key, effects in (("only", BLOCKING), ("no_execute", (NO_EXECUTE,))):
             if key not in want:
                 continue
@@ -625,11 +640,40 @@ class Conditions:
             wrong = sorted(d for d, ts in taints.items()
                            if d not in allowed and any(t.get("effect") in effects for t in ts))
             if wrong:
-                shown = "; ".join(f"{d}: {', '.join(describe_taint(t) for t in taints[d])}" for d in wrong)
+                shown = "; ".join(f"{d}: {', '.join(_whose_taint(t) for t in taints[d] if t.get('effect') in effects)}"
+                                  for d in wrong)
                 what = "NoExecute taints" if key == "no_execute" else "taints"
                 return False, f"{what} on {shown} (allowed only on {', '.join(sorted(allowed)) or 'none'})"
         tainted = sorted(d for d, ts in taints.items() if any(t.get("effect") in BLOCKING for t in ts))
-        return True, f"the driver's taints on {', '.join(tainted) or 'no device'}"
+        whose = {"driver": "the driver's taints", "rules": "DeviceTaintRules' taints",
+                 "both": "taints (the driver's and DeviceTaintRules')"}[source]
+        return True, f"{whose} on {', '.join(tainted) or 'no device'}"
+
+    def _device_taints(self, source: str) -> dict[str, list[dict[str, Any]]]:
+        """Device name -> its taints from `source` (TAINT_SOURCES), each rule's marked with the rule's name. The
+        devices are those the driver publishes; a rule selects one by driver, pool and name, as the eviction
+        controller matches it."""
+        env: Any = self.env
+        slices = env.slices()
+        published = device_taints(slices)
+        out = {d: list(ts) if source != "rules" else [] for d, ts in published.items()}
+        if source == "driver":
+            return out
+        if env.taint_rules is None:
+            raise Inconclusive("taints from DeviceTaintRules need an API server")
+        rules = env.taint_rules.in_cluster()  # none where no version is served: no rule can exist there
+        for sl in slices:
+            spec = sl.get("spec") or {}
+            driver, pool = spec.get("driver", ""), str((spec.get("pool") or {}).get("name", ""))
+            for device in spec.get("devices") or []:
+                name = device.get("name", "")
+                out[name] += [{**r["spec"]["taint"], "rule": r["metadata"]["name"]} for r in rules
+                              if rule_matches(r, driver, pool, name)]
+        return out
+
+
+def _whose_taint(taint: dict[str, Any]) -> str:
+    return describe_taint(taint) + (f" (DeviceTaintRule {taint['rule']})" if "rule" in taint else "")
 
 
 def health_cache_of(node: Any) -> Any:
@@ -639,6 +683,17 @@ def health_cache_of(node: Any) -> Any:
         return node.dra.health_cache if node.dra is not None else None
     relay = getattr(getattr(node, "shell", None), "dra_relay", None)
     return relay.health_cache if relay is not None else None
+
+
+def _no_health_status(node: Any) -> str:
+    """Why this kubelet posts no allocatedResourcesStatus for a DRA pod at all, where that is known: the fake
+    kubelet's DRA manager without the ResourceHealthStatus gate (kube_features.go: alpha, off by default, until
+    1.36; kubelet_pods.go posts the field only with it on). "" where it may post one."""
+    dra = node.dra if isinstance(node, FakeNode) else None
+    if dra is None or dra.health_services:
+        return ""
+    return (f"kubelet {node.kubelet_version.name} posts no allocatedResourcesStatus: its ResourceHealthStatus "
+            "feature gate is off")
 
 
 def is_state(key: str, want: Any) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 from fake_devices.scripts import ecc_burst, flap, run_script, temperature_ramp, unplug_replug
 from harness.controlplane.client import ApiError
+from harness.controlplane.taints import NONE, NONE_SINCE
 from harness.scenarios.outcomes import Inconclusive
 from harness.scenarios.state import StageState
 from harness.scenarios.step import Step, flow
@@ -103,7 +104,11 @@ class DeviceSteps(StageState):
         try:
             rule = env.taint_rules.add(name, {"key": key, "effect": effect}, **selector)
         except ApiError as err:
-            raise Inconclusive(f"the API server refused DeviceTaintRule {name}: {err}") from None
+            # Before 1.35 no API server knows the None effect (controlplane/taints.py NONE): a run against one
+            # (--control-plane kubeconfig:PATH, a kube-apiserver from PATH) cannot make the rule.
+            older = f" (effect None needs an API server of {NONE_SINCE} or newer)" \
+                if effect == NONE and err.status == 422 else ""
+            raise Inconclusive(f"the API server refused DeviceTaintRule {name}: {err}{older}") from None
         self.rules[name] = {"selector": selector, "device": device}
         spec = rule.get("spec") or {}
         stored = spec.get("deviceSelector")  # as the API server keeps it: what the eviction controller reads
@@ -116,6 +121,32 @@ class DeviceSteps(StageState):
             what += " (the empty selector: every device of every driver in the cluster)"
         self.tell(f"DeviceTaintRule {rule['metadata']['name']} ({env.taint_rules.version}) taints {what} "
                   f"{key}:{effect}")
+        if effect == NONE:
+            self._tell_no_effect(rule)
+
+    def _tell_no_effect(self, rule: dict[str, Any]) -> None:
+        """What the device-taint eviction controller posts on a None rule as soon as it sees it: that it has no
+        effect, and what a NoExecute one would evict (the pods it did not evict). Evidence that the controller saw
+        the rule, for the steps after it; a controller that says nothing is narrated, never a failure here."""
+        env = self._dra()
+        plane = env.control_plane
+        absent = getattr(plane, "controllers_error", "") if plane is not None else "no control plane"
+        if absent:
+            self.tell(f"no device-taint eviction controller runs here to read the None rule: {absent}")
+            return
+        bound = env.profile.reaction_s
+        try:
+            cond = env.taint_rules.condition(rule, bound)
+        except ApiError as err:
+            self.tell(f"the rule's status could not be read: {err}")
+            return
+        if cond is None:
+            self.tell(f"the device-taint eviction controller posted no condition on the rule within {bound:g}s")
+            return
+        self.tell(f"the device-taint eviction controller: {cond.get('type')}={cond.get('status')} "
+                  f"{cond.get('reason')}: {str(cond.get('message') or '').strip()}")
+        env.timeline.record("api.taint_rule_status", "api", rule=rule["metadata"]["name"], type=cond.get("type"),
+                            status=cond.get("status"), reason=cond.get("reason"), message=cond.get("message"))
 
     def _selector(self, given: dict[str, Any]) -> dict[str, str]:
         """A step's selector with its words and device references resolved: what the rule's deviceSelector holds."""

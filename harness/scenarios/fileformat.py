@@ -60,7 +60,8 @@ STEP_EXAMPLES: dict[str, str] = {
               "- device: {xid: \"@pod:workload\", code: 79}\n- device: {nvml-init-error: 999}",
     "script": "- script: {flap: gpu-0, period: 0.5, cycles: 3}\n"
               "- script: {ramp: gpu-1, from: 60, to: 95, step: 5, period: 1s}",
-    "taint": "- taint: {device: gpu-0, effect: NoExecute, key: example.com/maintenance}",
+    "taint": "- taint: {device: gpu-0, effect: NoExecute, key: example.com/maintenance}\n"
+             "- taint: {device: gpu-1, effect: None, key: example.com/notice}",
     "untaint": "- untaint: {device: gpu-0}",
     "hold": "- hold: 5s\n- hold: {call: Register}",
     "release": "- release: {call: Register}",
@@ -86,7 +87,8 @@ CONDITION_EXAMPLES: dict[str, str] = {
     "cdi": "- expect: {cdi: {pod: workload, present: false}}",
     "dialed": "- wait: {dialed: {socket: fakelet-dp-next.sock, plugin_instance: 2}}",
     "slices": "- wait: {slices: {devices: {at_least: 1}}}",
-    "taints": "- expect: {taints: {only: [gpu-0], no_execute: [gpu-0]}}",
+    "taints": "- expect: {taints: {only: [gpu-0], no_execute: [gpu-0]}}\n"
+              "- expect: {taints: {no_execute: [gpu-0], from: both}}",
     "device_health": "- expect: {device_health: {healthy: [gpu-1], unhealthy: [gpu-0]}}",
     "held": "- wait: {held: {call: Register}}",
     "not": "- expect: {not: {pod: {name: workload, phase: Running}}}",

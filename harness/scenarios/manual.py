@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.controlplane.taints import NONE_SINCE
 from harness.node.real.cluster import POD_START_TIMEOUT_S
 from harness.scenarios.pod_steps import PROGRESS_EVERY_S
 from harness.scenarios.vocabulary import (
@@ -96,7 +97,9 @@ STEP_MEANING = {
     "taint": "Make a DeviceTaintRule (DRA): for one device (its driver, pool and name), or with a deviceSelector of "
              "your own (driver, pool, device, each optional; {} is the empty selector, which selects every device "
              "of every driver in the cluster, as the API specifies). The kube-controller-manager's device-taint "
-             "eviction controller evicts the pods on what a NoExecute rule selects, on either kubelet.",
+             "eviction controller evicts the pods on what a NoExecute rule selects, on either kubelet. A None rule "
+             "only informs: nothing is kept away or evicted, and the step waits (within the reaction bound) for "
+             "what the eviction controller posts on the rule, what a NoExecute one would evict, and narrates it.",
     "untaint": "Remove DeviceTaintRules an earlier taint step made: those for a device, the one of a name, or those "
                "with the same selector (DRA).",
     "hold": "Let time pass: a fault's duration (the kubelet stays down 5 s). Never a sync point: wait for what "
@@ -200,8 +203,10 @@ CONDITION_MEANING = {
     "device_health": "each device's health as the kubelet holds it from the driver's DRAResourceHealth stream "
                      "(Unknown once timed out or its stream ended): what a pod on that device shows at its "
                      "status's next post",
-    "taints": "the taints the driver publishes on its devices in its ResourceSlices that keep claims away "
-              "(NoSchedule, NoExecute; a DeviceTaintRule's are not the driver's)",
+    "taints": "the taints on the driver's devices that keep claims away (NoSchedule, NoExecute; a None taint keeps "
+              "nothing away and is never counted): by default those the driver publishes in its ResourceSlices; "
+              "with from: rules those of DeviceTaintRules, with from: both either, which is what the scheduler "
+              "and the device-taint eviction controller act on",
     "not": "holds when the conditions under it do not all hold",
 }
 KEY_MEANING = {
@@ -229,6 +234,9 @@ KEY_MEANING = {
     ("device_health", "unhealthy"): "devices the kubelet must hold Unhealthy",
     ("taints", "only"): "the devices that may carry such a taint: any other that does breaks it",
     ("taints", "no_execute"): "the devices that may carry a NoExecute taint: any other that does breaks it",
+    ("taints", "from"): "whose taints count: driver (its ResourceSlices' devices[].taints), rules (every "
+                        "DeviceTaintRule in the cluster, whoever made it, on the devices its selector selects) or "
+                        "both",
     ("held", "call"): "the held call (Register or Allocate for a device plugin; NodePrepareResources or "
                       "NodeUnprepareResources for a DRA driver)",
     ("pod_resources", "pod"): "the pod (List, or Get for it alone)",
@@ -242,7 +250,7 @@ KEY_MEANING = {
 }
 DEFAULTS = {
     ("dialed", "count"): "{at_least: 1}", ("dialed", "since"): "scenario", ("calls", "since"): "scenario",
-    ("pod_resources", "via"): "List",
+    ("pod_resources", "via"): "List", ("taints", "from"): "driver",
     ("pod_resources", "resource"): "the subject's resource (a DRA driver: its driver name)",
 }
 WIRE = ("fake: yes. real: through the relay that records the real kubelet's side of the plugin wire (device "
@@ -263,7 +271,7 @@ OBSERVED = {
             "relay's Register and Allocate, the DRA relay's NodePrepareResources and NodeUnprepareResources)",
     "checkpoint": "fake and real (the real node's own file, read in its private /var/lib/kubelet)",
     "cdi": "fake and real (the CDI dir)", "slices": "fake and real (ResourceSlices on the API server)",
-    "taints": "fake and real (ResourceSlices on the API server)",
+    "taints": "fake and real (ResourceSlices and DeviceTaintRules on the API server)",
     "device_health": "fake and real (the fake kubelet's health cache; on the real node the DRA relay's copy, "
                      "upstream's cache rules applied to the health messages it carries to the kubelet: evidence "
                      "of what the driver sent and when, not of the real kubelet's cache code, whose bugs show "
@@ -448,7 +456,9 @@ def steps() -> list[Entry]:
                    "device name. Each is checked as the API server checks it (a driver a DNS-1123 subdomain of at "
                    f"most {DRIVER_NAME_MAX}, a pool's '/'-parts DNS-1123 subdomains, at most {POOL_NAME_MAX} in "
                    "all, a device a DNS-1123 label)"),
-               Key("effect", " | ".join(TAINT_EFFECTS), TAINT_EFFECTS[0], "the taint's effect"),
+               Key("effect", " | ".join(TAINT_EFFECTS), TAINT_EFFECTS[0],
+                   f"the taint's effect; None (an API server from {NONE_SINCE} on) informs only: no scheduling or "
+                   "eviction effect"),
                Key("key", "text", DEFAULT_TAINT_KEY, "the taint's key (a label name)"),
                Key("name", "NAME (a DNS-1123 label)", "(not given: named after the device, or the step)",
                    "the rule's name, for untaint: {rule: NAME} (the object is <node>-NAME)")), _only("taint")),

@@ -8,17 +8,15 @@ import threading
 from typing import Any
 
 from harness.instruments.interceptors import CallHook, arm_call_hook
-from harness.instruments.timeline import Event, WaitTimeout
-from harness.launch.process import LaunchError
+from harness.instruments.timeline import Event
 from harness.scenarios.outcomes import Inconclusive, Symptom
-from harness.scenarios.sockets import dirs_under, overflows
 from harness.scenarios.state import Crash, StageState
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import NO_DEFECT
 from harness.spec.subjects import free_port, render
+from harness.world.surge import CannotStart, ExitedEarly, NotRegistered, start_beside
 
 CRASH_JOIN_S = 30.0  # a kill and a start of the plugin, at most
-EXIT_TAIL_LINES = 12  # of a new instance's output, when it exited before it registered
 
 
 class PluginSteps(StageState):
@@ -121,43 +119,27 @@ class PluginSteps(StageState):
 
     def _rolling_update(self, step: Step, args: list[str]) -> None:
         """A DaemonSet update with surge: the new pod (its command plus `args`) starts and registers while
-        the old one still serves; then the old one gets SIGTERM.
+        the old one still serves (harness/world/surge.py); then the old one gets SIGTERM.
 
         An update that cannot happen (a socket path no address holds, a command that does not start, a new
-        instance that exits before it registers) is inconclusive with its own error: the bug was never put to
+        instance that exits before it registered) is inconclusive with its own error: the bug was never put to
         the test. A new instance that runs and is never registered is the symptom."""
         env, old = self.env, self.env.subject
-        twin = getattr(old, "twin", None)
-        if twin is None:
-            raise Inconclusive(f"a rolling update needs a second instance; the {type(old).__name__} has none")
-        too_long = overflows(env.spec, args, dirs_under(env.sandbox.path, env.spec))
-        if too_long:
-            raise Inconclusive(f"{step.where}.args[{too_long[0].index}]: the new instance cannot start: "
-                               f"{too_long[0].describe()}")
-        since = env.now()
-        new = twin()
-        command, as_what = self._new_command(step, new.argv)
-        new.argv = [*command, *args]
+        command, as_what = self._new_command(step, old.argv)
+
+        def started() -> None:
+            self.tell(f"rolling update: a second plugin instance started beside the first{as_what}"
+                      f"{' with ' + ' '.join(args) if args else ''}")
+
         try:
-            new.start()
-        except LaunchError as err:
-            raise Inconclusive(f"{step.where}: the new instance cannot start: {err}") from None
-        self.tell(f"rolling update: a second plugin instance started beside the first{as_what}"
-                  f"{' with ' + ' '.join(args) if args else ''}")
-        # While it starts, the new instance is the environment's subject: its exit, not the old one's, ends the
-        # waits for its start-up and registration (env._exit_abort), at once rather than at the bound.
-        env.subject = new
-        try:
-            self._wait_registration(since, "the new instance's registration", new)
-        except WaitTimeout as err:
-            env.subject = old
-            # Exited: its launcher records the exit, then its code (a bounded wait for that moment, not a timer).
-            code = None if new.running else new.wait_exit(CRASH_JOIN_S)
-            said = "\n".join("    " + line[:300] for line in new.log_tail(EXIT_TAIL_LINES).splitlines())
-            new.stop()
-            if code is not None:
-                raise Inconclusive(f"{step.where}: the new instance exited with code {code} before it registered; "
-                                   f"its last output:\n{said or '    (none)'}") from None
+            start_beside(env, command, args, lambda since, new: self._wait_registration(
+                since, "the new instance's registration", new), on_started=started)
+        except CannotStart as err:
+            where = step.where if err.arg is None else f"{step.where}.args[{err.arg}]"
+            raise Inconclusive(f"{where}: {err}") from None
+        except ExitedEarly as err:
+            raise Inconclusive(f"{step.where}: {err}") from None
+        except NotRegistered as err:
             raise Symptom(f"the new instance ran and was not registered: {err}") from None
         self.tell("rolling update: the new instance registered")
         old.stop()

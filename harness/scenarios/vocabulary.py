@@ -34,8 +34,10 @@ Actions:
            | {nvml-init-error: CODE} | {nvml-wait-error: CODE}      (NVML return codes; 0 works again)
   script:  {flap: DEV, period: S, cycles: N} | {ramp: DEV, from: C, to: C, step: C, period: S}
            | {unplug-replug: DEV, down: S} | {ecc-burst: DEV, count: N, period: S}
-  taint:   {device: DEV, effect: NoExecute | NoSchedule, key: K, [name: R]}   (DRA: a DeviceTaintRule on one device:
-             its driver, pool and name)
+  taint:   {device: DEV, effect: NoExecute | NoSchedule | None, key: K, [name: R]}   (DRA: a DeviceTaintRule on one
+             device: its driver, pool and name. None informs only (API servers from 1.35): nothing is kept away
+             or evicted; the step narrates what the eviction controller posts on the rule, what NoExecute would
+             evict)
            | {selector: {[driver: D], [pool: P], [device: DEV]}, effect, key, [name: R]}
              a DeviceTaintRule with that deviceSelector (resource.k8s.io v1beta2 DeviceTaintSelector): every key
              optional, each one given narrows it; `selector: {}` is the empty selector, which matches every device
@@ -123,9 +125,11 @@ the scenario's start (or with `since: step`, from the start of the wait or expec
                    number, so is a rolling update's new instance) served it: the newest of its processes
                    running at that moment
   slices: {devices: COUNT}                     the driver's published devices
-  taints: {[only: [DEV, ...]], [no_execute: [DEV, ...]]}
-                   the taints the driver publishes in its ResourceSlices that keep claims away (NoSchedule,
-                   NoExecute) are on those devices only; NoExecute ones on those of no_execute only
+  taints: {[only: [DEV, ...]], [no_execute: [DEV, ...]], [from: driver | rules | both]}
+                   the taints that keep claims away (NoSchedule, NoExecute; None keeps nothing away) are on those
+                   devices only; NoExecute ones on those of no_execute only. from: whose taints: driver (default:
+                   those it publishes in its ResourceSlices), rules (every DeviceTaintRule in the cluster that
+                   selects the device), both (what the scheduler and the eviction controller act on)
   device_health: {[healthy: [DEV, ...]], [unhealthy: [DEV, ...]]}
                    each device's health as the kubelet holds it from DRAResourceHealth (Unknown once its health
                    timed out or its driver's stream ended): what a pod's allocatedResourcesStatus shows at its next
@@ -165,7 +169,8 @@ DEVICE_VALUE = {"heat": "to", "cool": "to", "ecc": "count", "xid": "code"}  # th
 NVML_CONTROLS = ("nvml-init-error", "nvml-wait-error")  # the value is the NVML return code (0: works again)
 SCRIPTS = {"flap": ("period", "cycles"), "ramp": ("from", "to", "step", "period"), "unplug-replug": ("down",),
            "ecc-burst": ("count", "period")}
-TAINT_EFFECTS = ("NoExecute", "NoSchedule")
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")  # controlplane/taints.py: None from 1.35 on
+TAINT_SOURCES = ("driver", "rules", "both")  # the taints condition's `from:`; driver first, the default
 DEFAULT_TAINT_KEY = "fakelet.example.com/scenario"  # a taint step's key when it names none
 STORIES = ("taint-eviction",)
 PHASES = ("Running", "Failed", "Pending", "Terminating", "Deleted")
@@ -246,7 +251,7 @@ CONDITION_SHAPES: dict[str, dict[str, Any]] = {
     "cdi": {"pod": str, "present": bool},
     "dialed": {"socket": str, "count": "count", "plugin_instance": "instance", "since": SINCE},
     "slices": {"devices": "count"},
-    "taints": {"only": "devices", "no_execute": "devices"},
+    "taints": {"only": "devices", "no_execute": "devices", "from": TAINT_SOURCES},
     "device_health": {"healthy": "devices", "unhealthy": "devices"},
 }
 CONDITION_REQUIRED: dict[str, tuple[str, ...]] = {
@@ -765,8 +770,9 @@ def _condition(key: str, value: Any) -> Problem:
     missing = [r for r in CONDITION_REQUIRED.get(key, ()) if r not in value]
     if missing:
         return missing[0], "required"
-    if key in ("taints", "device_health") and not value:
-        keys = " and ".join(f"{k}: [DEV, ...]" for k in CONDITION_SHAPES[key])
+    if key in ("taints", "device_health") and not {k for k, v in CONDITION_SHAPES[key].items() if v == "devices"} & \
+            set(value):
+        keys = " and ".join(f"{k}: [DEV, ...]" for k, v in CONDITION_SHAPES[key].items() if v == "devices")
         return "", f"{keys}, or both"
     if key == "checkpoint" and not ({"pod", "claims", "devices"} & set(value)):
         return "", "{pod: NAME, devices: COUNT} (device manager) or {claims: COUNT, devices: COUNT} (DRA)"

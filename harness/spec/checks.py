@@ -35,6 +35,13 @@ REAL_KUBELET: set[str] = set()
 # every node (kubernetes-pydra) would have such a rule taint, and kube-controller-manager evict, the devices of
 # every check running beside it. So each of these gets a local API server of its own (about 4 s to start).
 CLUSTER_OBJECTS: set[str] = set()
+# Checks that need partitioned GPUs (the DRA-PRT area, KEP-4815): their fake backend starts with
+# harness/world/draenv.py PARTITIONED_INVENTORY when the subject's inventory has no partitions, and every other
+# check keeps the subject's own.
+PARTITIONED: set[str] = set()
+# Checks that need a shareable device (the DRA-CAP area, KEP-5075): the same, with draenv.py SHARED_INVENTORY
+# when the subject's inventory has no device with `sharing`.
+SHARED: set[str] = set()
 
 
 # Of those, the ones that run on a kind cluster (`fakelet run --cluster kind`): they need nothing of this
@@ -59,9 +66,11 @@ def all_packages() -> list[str]:
 
 
 def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False,
-          cluster_objects: bool = False) -> Any:
+          cluster_objects: bool = False, partitioned: bool = False, shared: bool = False) -> Any:
     """`cluster_objects`: the check writes objects that select devices across nodes (DeviceTaintRules), so on a
-    local API server it gets one of its own instead of the run's shared one (see CLUSTER_OBJECTS)."""
+    local API server it gets one of its own instead of the run's shared one (see CLUSTER_OBJECTS).
+    `partitioned`: the check needs partitioned GPUs in the fake hardware (see PARTITIONED); `shared`, a shareable
+    device (see SHARED)."""
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
     if check_id in CATALOG:
@@ -72,8 +81,12 @@ def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, 
         REAL_KUBELET.add(check_id)
     if cluster_objects:
         CLUSTER_OBJECTS.add(check_id)
+    if partitioned:
+        PARTITIONED.add(check_id)
+    if shared:
+        SHARED.add(check_id)
     return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet, kind=kind,
-                                     cluster_objects=cluster_objects)
+                                     cluster_objects=cluster_objects, partitioned=partitioned, shared=shared)
 
 
 def catalog(suite_package: str) -> dict[str, tuple[str, str]]:

@@ -65,11 +65,15 @@ THERMAL_DEFAULT_ORIGIN = "fakelet's default (the subject declares no backend.the
 
 # Placeholders every subject's templates may use; DRA drivers get the DRAEnv ones too
 # (harness/world/draenv.py `_more_placeholders`; tests/test_subject_file.py keeps the two in step).
+# {cdi_dir}: where the node's runtime reads CDI specs, for a device plugin too (its Allocate may name CDI devices).
 DP_PLACEHOLDERS = ("python", "plugin_dir", "kubelet_socket", "dev_dir", "sandbox", "resource", "free_port",
-                   "defect", "bin", "inventory", "sysfs_root", "levelzero_socket")
-DRA_PLACEHOLDERS = (*DP_PLACEHOLDERS, "registry_dir", "plugins_dir", "cdi_dir", "kubeconfig", "node_name",
+                   "defect", "bin", "inventory", "sysfs_root", "levelzero_socket", "cdi_dir")
+DRA_PLACEHOLDERS = (*DP_PLACEHOLDERS, "registry_dir", "plugins_dir", "kubeconfig", "node_name",
                     "state_dir", "driver", "health_refresh_s")
 PLACEHOLDERS = {"device-plugin": DP_PLACEHOLDERS, "dra": DRA_PLACEHOLDERS}
+# A DRA driver's rolling update (`rolling_update:`) has one more: each instance's own pod UID, as a DaemonSet gives it
+# through the downward API (metadata.uid) and upstream's kubeletplugin.RollingUpdate(uid) takes it.
+POD_UID_PLACEHOLDER = "pod_uid"
 # The only placeholders that may render empty, and what that means (put on the timeline when it happens).
 EMPTY_OK = {"defect": "no --defect given", "kubeconfig": "no API server: the driver runs without one"}
 
@@ -167,6 +171,9 @@ class SubjectSpec:
     needs_api: bool = False  # a DRA driver that cannot start without an API server
     # Python distributions the subject imports: {"distribution": "name==x", "import": "module"}
     requires_python: dict[str, str] | None = None
+    # A DRA driver's instance of a rolling update: {"args": [...], "env": {...}}, templates with {pod_uid};
+    # None: it runs as one instance only (its sockets are not named per pod).
+    rolling_update: dict[str, Any] | None = None
     notes: str = ""
     field_lines: dict[str, int] = field(default_factory=dict)  # "command[0]" -> its line, for messages
 
@@ -447,6 +454,10 @@ SCHEMA: dict[str, Field] = {
         "poll_s": Field((int, float), check=_positive),
     }),
     "observes": OBSERVES,  # older spelling of backend.observes, for subjects without a backend
+    # How the driver runs as one of two instances of a DaemonSet rolling update with surge: these args and env
+    # added to its command and env, {pod_uid} the instance's own pod UID (suites/dra/test_upgrade.py).
+    "rolling_update": Field((dict,), keys={"args": STRINGS,
+                                           "env": Field((dict,), values=STR, key_check=_env_name)}),
     "requires": Field((dict,), keys={
         "python": Field((dict,), keys={"distribution": Field((str,), required=True),
                                        "import": Field((str,), required=True)}),
@@ -556,6 +567,12 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
         errors.add("observes", "given twice: keep backend.observes only")
     if doc.get("observes") and not isinstance(backend, dict):
         errors.add("observes", "needs a backend (the fake hardware whose changes the plugin observes)")
+    rolling = doc.get("rolling_update")
+    if rolling is not None and kind != "dra":
+        errors.add("rolling_update", "is for kind dra (a DRA driver's two instances during a DaemonSet update)")
+    elif isinstance(rolling, dict) and "{" + POD_UID_PLACEHOLDER + "}" not in " ".join(
+            [*rolling.get("args", []), *rolling.get("env", {}).values()]):
+        errors.add("rolling_update", "must give each instance its pod UID: use {pod_uid} in args or env")
 
 
 def check_subject_doc(doc: YamlDoc, where: str) -> None:
@@ -687,8 +704,15 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
         private_dirs=list(doc.get("private_dirs") or []),
         source=where, reference=doc.get("reference", False), needs_api=doc.get("needs_api", False),
         requires_python=dict(python) if python else None, notes=doc.get("notes", ""), field_lines=dict(lines),
+        rolling_update=_rolling_update(doc.get("rolling_update")),
         **_devices(doc), **_backend(doc, base_dir, where, lines),
     )
+
+
+def _rolling_update(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    if doc is None:
+        return None
+    return {"args": list(doc.get("args") or []), "env": dict(doc.get("env") or {})}
 
 
 def _defect(name: str, doc: dict) -> Defect:

@@ -39,3 +39,23 @@ def left_for_claim(cdi_dir: Path, uid: str, cdi_ids: list[str],
     """
     defined = defined_devices(cdi_dir) if defined is None else defined  # one read of the specs serves many claims
     return {c: f for c, f in defined.items() if c in cdi_ids and (uid in c or uid in f)}
+
+
+def edits_of(cdi_dir: Path, qualified: str) -> list[dict]:
+    """The containerEdits a runtime applies for one qualified CDI device ("vendor/class=name"): the device's own,
+    then its spec file's (which every device of that file gets); [] when no spec here defines it."""
+    kind, _, name = qualified.partition("=")
+    for path in sorted(Path(cdi_dir).glob("*")):
+        if path.suffix not in SPEC_SUFFIXES or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+            spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if not isinstance(spec, dict) or spec.get("kind") != kind:
+            continue
+        for device in spec.get("devices") or []:
+            if isinstance(device, dict) and device.get("name") == name:
+                return [e for e in (device.get("containerEdits"), spec.get("containerEdits")) if isinstance(e, dict)]
+    return []

@@ -42,6 +42,11 @@ from harness.world.env import DPEnv, SubjectUnavailable
 HOST_KUBELET_DIR = "/var/lib/kubelet"  # kubelet --root-dir default
 HOST_CDI_DIR = "/var/run/cdi"  # CDI spec directory for dynamic specs (tags.cncf.io/container-device-interface)
 ETCD_INSTALL = "apt-get install -y etcd-server"  # Debian's etcd (harness/controlplane/local.py)
+# The fake hardware of the checks that need partitioned GPUs (harness/spec/checks.py PARTITIONED), when the
+# subject's own inventory has none: fixtures/-relative, as a subject's backend inventory.
+PARTITIONED_INVENTORY = "inventories/gpus-partitioned.yaml"
+# The same for the checks that need a shareable device (harness/spec/checks.py SHARED).
+SHARED_INVENTORY = "inventories/gpus-shared.yaml"
 REFERENCE_HEALTH_REFRESH_S = 1.0  # {health_refresh_s} for subjects that take it (the reference driver)
 SLICE_WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
 DRA_KINDS = ("dra.registered", "dra.rejected", "dra.deregistered", "pluginwatcher.getinfo",
@@ -68,7 +73,10 @@ class DRAEnv(DPEnv):
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
                  binary: str | None = None, artifacts: Path | None = None, *,
                  kubelet_version: KubeletVersion | None = None, control_plane: ControlPlane | None = None,
-                 control_plane_error: str = "no API server configured", real_node: NodeAccess | None = None) -> None:
+                 control_plane_error: str = "no API server configured", real_node: NodeAccess | None = None,
+                 partitioned: bool = False, shared: bool = False) -> None:
+        """`partitioned`: the check needs partitioned GPUs: the fake backend starts with PARTITIONED_INVENTORY when
+        the subject's inventory has no partitions; `shared`, a shareable device: SHARED_INVENTORY when it has none."""
         if spec.needs_api and control_plane is None:
             raise SubjectUnavailable(with_install(
                 f"subject {spec.name} cannot start without an API server: {control_plane_error}",
@@ -91,8 +99,12 @@ class DRAEnv(DPEnv):
         self._slice_stop = threading.Event()
         self._slice_thread: threading.Thread | None = None
         self._api_objects = False
-        self._own_conn: DRAPluginConn | None = None  # on a real kubelet: the harness's connection to the driver
-        super().__init__(spec, profile, defect, seed, binary, artifacts, real_node=real_node)
+        # On a real kubelet: the harness's own connections to the driver, by endpoint (one per instance).
+        self._own_conns: dict[str, DRAPluginConn] = {}
+        self.retired: list[Any] = []  # instances a rolling update replaced (harness/world/surge.py), stopped at close
+        super().__init__(spec, profile, defect, seed, binary, artifacts, real_node=real_node,
+                         partitioned_inventory=PARTITIONED_INVENTORY if partitioned else None,
+                         shared_inventory=SHARED_INVENTORY if shared else None)
         self.driver = spec.driver or spec.resource
         self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
         runnable = self.node.runnable if isinstance(self.node, LocalNode) else None
@@ -208,7 +220,8 @@ class DRAEnv(DPEnv):
     def close(self) -> None:
         # As DPEnv.close: each step runs whatever an earlier one raised. Taint rules are cluster-wide: left
         # behind, they would taint other checks' devices.
-        steps = [super().close, self._close_own_conn, self._slice_stop.set, self._join_slice_watch]
+        steps = [*(i.stop for i in self.retired), super().close, self._close_own_conn, self._slice_stop.set,
+                 self._join_slice_watch]
         if self.taint_rules is not None:
             steps.append(self.taint_rules.close)
         if self.client is not None and self._api_objects:
@@ -482,11 +495,25 @@ class DRAEnv(DPEnv):
         found = self.timeline.find(lambda e: e.kind == "dra.registered" and e.get("driver") == self.driver)
         if not found:
             raise AssertionError(f"expected DRA driver {self.driver} to be registered with the kubelet; it is not")
-        reg = found[-1]
+        return self._own_conn_to(found[-1])
+
+    def conn_to(self, reg: Event) -> DRAPluginConn:
+        """As conn(), for the plugin that one registration (its `dra.registered` event) made: one instance of a
+        rolling update while the other is registered too."""
         endpoint = str(reg.get("endpoint"))
-        if self._own_conn is not None and self._own_conn.endpoint == endpoint:
-            return self._own_conn
-        self._close_own_conn()
+        if self.real:
+            return self._own_conn_to(reg)
+        manager = self.node.dra
+        found = [p for p in (manager.plugins(self.driver) if manager is not None else []) if p.endpoint == endpoint]
+        if not found:
+            raise AssertionError(f"expected DRA driver {self.driver}'s plugin at {endpoint} to be registered with "
+                                 "the kubelet; it is not")
+        return found[-1]
+
+    def _own_conn_to(self, reg: Event) -> DRAPluginConn:
+        endpoint = str(reg.get("endpoint"))
+        if endpoint in self._own_conns:
+            return self._own_conns[endpoint]
         versions = list(reg.get("versions") or [])
         chosen = self._chosen(reg, "dra.service_chosen", "service")
         service = chosen if chosen in SERVICE_SHORT else next(
@@ -496,9 +523,10 @@ class DRAEnv(DPEnv):
                                     and e.get("state") == "open", reg.t_ns)
         health = streamed.get(str(opened[-1].get("version"))) if opened else next(
             (h for h in self.kubelet_version.health_versions if h in versions), None)
-        self._own_conn = DRAPluginConn(self.driver, endpoint, service, health, self.profile.dra_call_timeout_s,
-                                       self.timeline, self.host_path(endpoint), source="harness")
-        return self._own_conn
+        conn = DRAPluginConn(self.driver, endpoint, service, health, self.profile.dra_call_timeout_s,
+                             self.timeline, self.host_path(endpoint), source="harness")
+        self._own_conns[endpoint] = conn
+        return conn
 
     def _chosen(self, reg: Event, kind: str, key: str) -> str | None:
         """What the real kubelet's log said it chose for this registration (V(3) lines), if it said: logged
@@ -508,8 +536,8 @@ class DRAEnv(DPEnv):
         return str(said[-1].get(key)) if said else None
 
     def _close_own_conn(self) -> None:
-        conn, self._own_conn = self._own_conn, None
-        if conn is not None:
+        conns, self._own_conns = list(self._own_conns.values()), {}
+        for conn in conns:
             conn.close()
 
     def probe(self, register: Event) -> DRAProbe:  # type: ignore[override]

@@ -87,13 +87,19 @@ class SubjectUnavailable(RuntimeError):
 class DPEnv:
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
                  binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None,
-                 kind: KindAccess | None = None, kubelet_version: KubeletVersion | None = None) -> None:
+                 kind: KindAccess | None = None, kubelet_version: KubeletVersion | None = None,
+                 partitioned_inventory: str | None = None, shared_inventory: str | None = None) -> None:
         """`real_node` puts the checks on a real kubelet (harness/node/real) joined to that API server;
-        `kind`, on a kind cluster's node, with the subject's image as a DaemonSet (harness/node/kind)."""
+        `kind`, on a kind cluster's node, with the subject's image as a DaemonSet (harness/node/kind);
+        `partitioned_inventory` (fixtures/-relative), the fake backend's inventory instead of the subject's when
+        that one has no partitioned device (a check that needs partitions); `shared_inventory`, the same for a check
+        that needs a shareable device (fake_devices/capacity.py)."""
         if defect is not None and defect not in spec.defects:
             raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
                                f"known: {', '.join(spec.defects) or 'none'}")
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
+        self.partitioned_inventory = partitioned_inventory
+        self.shared_inventory = shared_inventory
         if kubelet_version is not None or not hasattr(self, "kubelet_version"):  # DRAEnv sets its own first
             self.kubelet_version = kubelet_version or default_kubelet_version()
         self.binary, self.artifacts = binary, artifacts
@@ -142,7 +148,7 @@ class DPEnv:
             return LocalNode(self.sandbox, self.timeline, self.profile, self.real_node.kubeconfig,
                              self.real_node.client, release=self.kubelet_version.name)
         return FakeNode(self.sandbox.plugin_dir, self.sandbox.state_dir, self.timeline, self.profile,
-                        kubelet_version=self.kubelet_version)
+                        kubelet_version=self.kubelet_version, cdi_dir=self.sandbox.cdi_dir)
 
     def _namespace_binds(self) -> dict[str, str]:
         """Sandbox directory -> the host path a mount-namespace subject sees it at."""
@@ -160,6 +166,8 @@ class DPEnv:
             "sandbox": str(self.sandbox.path), "resource": self.spec.resource,
             "free_port": str(free_port()), "defect": self.defect or "",
             "bin": self.binary or "", "inventory": "", "sysfs_root": "", "levelzero_socket": "",
+            # The sandbox is at its own path inside a namespace or container too; DRAEnv binds it at /var/run/cdi.
+            "cdi_dir": str(self.sandbox.cdi_dir),
         }
         if self.spec.host_view:
             # Inside the namespace (or container) the plugin sees the sandbox at the host path.
@@ -191,6 +199,16 @@ class DPEnv:
             raise ProfileError(f"{self.spec.source}: inventory {source} not found")
         try:
             inventory = Inventory.from_dict(load_yaml(source).data, str(source))
+            if self.partitioned_inventory and not any(d.partitions for d in inventory.devices):
+                own, source = source, fixtures_dir() / self.partitioned_inventory
+                inventory = Inventory.from_dict(load_yaml(source).data, str(source))
+                self.note(f"fake hardware: {self.partitioned_inventory} (partitioned GPUs), as the subject's "
+                          f"{own.name} has no partitions")
+            elif self.shared_inventory and not any(d.sharing for d in inventory.devices):
+                own, source = source, fixtures_dir() / self.shared_inventory
+                inventory = Inventory.from_dict(load_yaml(source).data, str(source))
+                self.note(f"fake hardware: {self.shared_inventory} (a shareable GPU), as the subject's "
+                          f"{own.name} has no shareable device")
         except ValueError as err:
             raise ProfileError(str(err)) from None
         shutil.copyfile(source, self.sandbox.path / "inventory.yaml")

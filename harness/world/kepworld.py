@@ -308,14 +308,14 @@ class KepWorld:
                                 f"{sorted(k for k, v in messages.items() if v is not None) or 'none'}")
         probe, plain = env_of(messages[PROBE]), env_of(messages[PLAIN])
         injected = sorted(k for k, v in probe.items() if plain.get(k) != v)
-        if injected:
-            return Stage(True, f"the claim's container got {', '.join(injected)} from the driver",
-                         {"injected_env": injected})
         runtime = ""
         try:
             runtime = self.client.get(f"/api/v1/nodes/{node}")["status"]["nodeInfo"]["containerRuntimeVersion"]
         except (ApiError, OSError, KeyError):
             pass
+        if injected:
+            return Stage(True, f"the claim's container got {', '.join(injected)} from the driver (runtime "
+                               f"{runtime or '?'})", {"injected_env": injected})
         version = containerd_version(runtime)
         if version is not None and version < CDI_CONTAINERD:
             return Stage(None, f"node {node}'s runtime {runtime} does not apply CDI devices (containerd "

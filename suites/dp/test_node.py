@@ -20,6 +20,7 @@ from harness.node.interface import AdmissionError
 from harness.node.real.configs import STATE_HOLD_S
 from harness.node.real.view import device_number
 from harness.spec.checks import MUST, check, expect, not_exercised
+from harness.world.cdispecs import edits_of
 from harness.world.env import DPEnv
 from harness.world.probe import ProbeClient
 
@@ -173,4 +174,18 @@ def test_pod_gets_its_device(dp_env: DPEnv) -> None:
                f"mount {m.host_path} at {m.container_path}", f"{got.mounts.get(m.container_path, 'no such mount')}")
     for key, value in wanted.envs.items():
         expect(got.env.get(key) == value, f"env {key}={value}", f"{key}={got.env.get(key)}")
+    # A CDI device no spec defines refused the container above, on the fake kubelet as on containerd 2. Where the
+    # runtime applied them (the real node's containerd 2), each device's env edits are in the container too.
+    names = [c.name for c in wanted.cdi_devices]
+    if got.cdi_applied and names:
+        judged = []
+        for name in names:
+            for edits in edits_of(env.sandbox.cdi_dir, name):
+                for item in edits.get("env") or []:
+                    key, _, value = str(item).partition("=")
+                    expect(got.env.get(key) == value, f"env {key}={value} from CDI device {name}",
+                           f"{key}={got.env.get(key)}")
+                    judged.append(key)
+        env.note(f"CDI devices {', '.join(names)} applied by the runtime: {', '.join(judged) or 'no env edits'} "
+                 "in the container")
     env.node.delete_pod("pod")

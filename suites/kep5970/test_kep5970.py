@@ -71,10 +71,11 @@ def test_node_prepare_resources(kep_world: KepWorld) -> None:
 
 
 @check("KEP5970-05", MUST, "Pod Runs Successfully: the pod runs, with the driver's environment in its container")
-def test_pod_runs(kep_world: KepWorld) -> None:
+def test_pod_runs(kep_world: KepWorld, request) -> None:
     story = kep_world.first()
     story_stage(story, "running", "the pod Running")
-    judge(kep_world.injected_env(story), "the driver's environment variables in the claim's container")
+    got = judge(kep_world.injected_env(story), "the driver's environment variables in the claim's container")
+    request.node.user_properties.append(("fakelet_notes", [got.detail]))  # which variables, on which runtime
 
 
 @check("KEP5970-06", MUST, "NodeUnprepareResources: pod deletion completes, with no FailedUnprepareDynamicResources")

@@ -141,9 +141,9 @@ def _reference_subjects() -> list[str]:
     from harness.reference import dra_driver
     from harness.reference.device_plugin import KUBELET_SOCKET
     from harness.scenarios.check import inventory_ids
-    from harness.scenarios.sockets import POD_UID_FLAG
     from harness.spec.subjects import load_subject
     from harness.world.draenv import REFERENCE_HEALTH_REFRESH_S
+    from harness.world.socket_paths import POD_UID_FLAG
 
     dp, dra = load_subject("reference-dp"), load_subject("reference-dra")
     driver = dra.driver or dra.resource

@@ -21,7 +21,7 @@ STATUS_NOTE = (f"the real kubelet posts node status every {NODE_STATUS_S}s here 
 
 
 def containerd_toml(socket: Path, image: str) -> str:
-    """containerd 1.6's config: CRI on `socket`, state under the namespace's private dirs."""
+    """Debian's containerd 1.6's config (version 2): CRI on `socket`, state under the namespace's private dirs."""
     return f"""version = 2
 # /var/lib/containerd and /run/containerd are private tmpfs mounts of the node's namespace.
 root = "/var/lib/containerd"
@@ -44,6 +44,42 @@ state = "/run/containerd"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+
+
+def containerd2_toml(socket: Path, image: str, cdi_dir: str, shim: str) -> str:
+    """containerd 2's config (version 3, containerd 2.0 on): containerd 1.6's settings under their new plugin
+    IDs, the runc shim by path (cached as containerd-shim-runc-v2-<hash>, not on PATH), and CDI specs read
+    from `cdi_dir` only: the node's, where the drivers write theirs, never the host's /etc/cdi."""
+    return f"""version = 3
+# /var/lib/containerd and /run/containerd are private tmpfs mounts of the node's namespace.
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  # Outside the private dirs, so that the harness (and ctr) reach it from the host.
+  address = "{socket}"
+
+[plugins.'io.containerd.cri.v1.images']
+  # overlayfs is not always allowed inside a namespace; "native" copies, and the image is 2 MB.
+  snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    # Built and imported locally (image.py): no registry is reachable.
+    sandbox = "{image}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # Not in a full cgroup of our own here: containerd may only raise oom_score_adj.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  # CDI is always on in containerd 2 (plugins/cri/runtime/plugin.go drops 1.x's enable_cdi): only the dirs.
+  cdi_spec_dirs = ["{cdi_dir}"]
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = "{shim}"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
 """
 

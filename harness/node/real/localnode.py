@@ -1,7 +1,8 @@
 """LocalNode: the Node interface on a real kubelet, against the local control plane's API server.
 
-The kubelet (built from fixtures/go/kubernetes, like kube-apiserver) and Debian's
-containerd run in a namespace of their own (namespace.py) where:
+The kubelet (built from fixtures/go/kubernetes, like kube-apiserver) and containerd 2 (built
+from fixtures/go/containerd, runtime.py; Debian's containerd 1.6 where it cannot be built) run
+in a namespace of their own (namespace.py) where:
 
 - /var/lib/kubelet, /var/lib/containerd, /run/containerd and /var/log/{pods,containers}
   are private tmpfs mounts, so the host's are never touched;
@@ -50,11 +51,12 @@ from harness.instruments.progress import Progress
 from harness.instruments.timeline import Timeline
 from harness.launch.owners import owner_tag
 from harness.launch.sandbox import Sandbox
-from harness.node.real import configs, image
+from harness.node.real import configs, image, runtime
 from harness.node.real.cgroups import CGROUP_PREFIX, make_cgroups, reap_cgroups, remove_cgroups
 from harness.node.real.cluster import NAMESPACE, ClusterNode, NotOnRealKubelet
 from harness.node.real.namespace import Daemon, NamespaceError, NodeNamespace
 from harness.node.real.releases import ReleaseUnavailable, module_for
+from harness.node.real.view import ContainerView
 from harness.node.relay.dp import DevicePluginRelay
 from harness.node.relay.dra import DRARelay
 from harness.spec.profiles import Profile
@@ -64,6 +66,9 @@ __all__ = ["NAMESPACE", "LocalNode", "LocalShell", "NodeAccess", "NotOnRealKubel
 
 KUBELET_PACKAGE = "k8s.io/kubernetes/cmd/kubelet"
 HOST_KUBELET_ROOT = "/var/lib/kubelet"  # kubelet --root-dir default; device-plugins under it is fixed
+# Where the node's runtime reads CDI specs (the sandbox's CDI dir, bound there): container-device-interface's
+# DefaultDynamicDir, one of containerd's default cdi_spec_dirs.
+NODE_CDI_DIR = "/var/run/cdi"
 # /tmp too: the runtime creates a bind mount's missing source directory (a plugin's Allocate answer
 # naming /tmp/<device> in its own private /tmp, as the upstream sample plugin's does) in the node's.
 PRIVATE_DIRS = ["/var/lib/kubelet", "/var/lib/containerd", "/run/containerd", "/var/log/pods",
@@ -133,9 +138,12 @@ def _lacking() -> str | None:
 
 
 def missing_tools() -> list[tuple[str, str]]:
-    """The real node's tools this machine lacks, with the package of each (`fakelet doctor` lists them all)."""
+    """The real node's tools this machine lacks, with the package of each (`fakelet doctor` lists them all).
+    Debian's containerd is the fallback: with containerd 2 in the cache, only runc and nsenter are needed."""
+    built = runtime.cached() is not None
     return [(tool, package) for tool, package in TOOLS.items()
-            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
+            if not (built and tool in runtime.COMMANDS)
+            and shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
 
 
 def find_kubelet(release: str | None = None) -> tuple[Path, str | None]:
@@ -185,6 +193,7 @@ class LocalShell:
         self._start_ns = 0  # when the running kubelet was started (timeline time)
         self.kubelet_binary: Path | None = None
         self.kubelet_version: str | None = None
+        self.runtime: runtime.NodeRuntime | None = None
         self.pod_image = image.IMAGE_REF
 
     @property
@@ -211,6 +220,10 @@ class LocalShell:
             self.kubelet_binary, self.kubelet_version = find_kubelet(self.release)
         except ControlPlaneUnavailable as err:
             raise RealNodeUnavailable(str(err).splitlines()[0]) from None
+        # containerd 2 when it builds; Debian's otherwise, which `fakelet run` has said in one line.
+        self.runtime = runtime.find()
+        self.timeline.record("node.runtime", "node", containerd=self.runtime.label, cdi=self.runtime.cdi,
+                             reason=self.runtime.reason)
         reap_cgroups()
         self.workdir.mkdir(mode=0o700, exist_ok=True)
         self.podres_dir.mkdir(mode=0o750, exist_ok=True)
@@ -221,7 +234,7 @@ class LocalShell:
                  str(self.kubelet_registry_dir): f"{HOST_KUBELET_ROOT}/plugins_registry",
                  str(self.kubelet_plugins_dir): f"{HOST_KUBELET_ROOT}/plugins",
                  str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
-                 str(self.sandbox.cdi_dir): "/var/run/cdi"}
+                 str(self.sandbox.cdi_dir): NODE_CDI_DIR}
         try:
             # The sandbox and the API server's kubeconfig stay visible under the private /tmp.
             keep = [str(self.sandbox.path), str(self.kubeconfig.parent)]
@@ -242,10 +255,15 @@ class LocalShell:
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
 
     def _start_runtime(self) -> None:
-        assert self.namespace is not None
+        assert self.namespace is not None and self.runtime is not None
         config = self.workdir / "containerd.toml"
-        config.write_text(configs.containerd_toml(self.runtime_socket, image.IMAGE_REF))
-        self.containerd = self.namespace.enter("containerd", ["containerd", "--config", str(config)],
+        if self.runtime.cdi:
+            assert self.runtime.shim is not None
+            config.write_text(configs.containerd2_toml(self.runtime_socket, image.IMAGE_REF, NODE_CDI_DIR,
+                                                       self.runtime.shim))
+        else:
+            config.write_text(configs.containerd_toml(self.runtime_socket, image.IMAGE_REF))
+        self.containerd = self.namespace.enter("containerd", [self.runtime.containerd, "--config", str(config)],
                                                self.workdir / "containerd.log")
         deadline = time.monotonic() + RUNTIME_READY_TIMEOUT_S
         while self._ctr(["version"], check=False).returncode != 0:
@@ -261,7 +279,8 @@ class LocalShell:
         archive.unlink()
 
     def _ctr(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(["ctr", "--address", str(self.runtime_socket), *args], capture_output=True,
+        ctr = self.runtime.ctr if self.runtime is not None else "ctr"
+        proc = subprocess.run([ctr, "--address", str(self.runtime_socket), *args], capture_output=True,
                               text=True, timeout=CTR_TIMEOUT_S)
         if check and proc.returncode != 0:
             raise NamespaceError(f"ctr {' '.join(args[:3])} failed: {proc.stderr.strip()[-300:]}")
@@ -449,3 +468,9 @@ class LocalNode(ClusterNode):
     @property
     def workdir(self) -> Path:
         return self.shell.workdir
+
+    def container_view(self, pod: str) -> ContainerView:
+        """As ClusterNode's, saying whether the runtime applied the CDI devices the kubelet named (containerd 2)."""
+        view = super().container_view(pod)
+        view.cdi_applied = self.shell.runtime is not None and self.shell.runtime.cdi
+        return view
