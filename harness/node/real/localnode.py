@@ -236,8 +236,9 @@ class LocalShell:
                  str(self.podres_dir): f"{HOST_KUBELET_ROOT}/pod-resources",
                  str(self.sandbox.cdi_dir): NODE_CDI_DIR}
         try:
-            # The sandbox and the API server's kubeconfig stay visible under the private /tmp.
-            keep = [str(self.sandbox.path), str(self.kubeconfig.parent)]
+            # The sandbox, the API server's kubeconfig and the node's binaries (a $FAKELET_CACHE under /tmp)
+            # stay visible under the private /tmp.
+            keep = [str(self.sandbox.path), str(self.kubeconfig.parent), *self._binary_dirs()]
             self.namespace = NodeNamespace(binds, PRIVATE_DIRS, [HOST_KUBELET_ROOT],
                                            self.workdir / "namespace.log", keep=keep).start()
             self._start_runtime()
@@ -253,6 +254,14 @@ class LocalShell:
         except (NamespaceError, image.ImageError, OSError, subprocess.SubprocessError) as err:
             self.close()
             raise RealNodeUnavailable(f"the real node's runtime did not start: {err}") from None
+
+    def _binary_dirs(self) -> list[str]:
+        """The folders of the kubelet's and the runtime's binaries, for the namespace to keep in reach."""
+        assert self.runtime is not None and self.kubelet_binary is not None
+        paths = [self.kubelet_binary, Path(self.runtime.containerd), Path(self.runtime.ctr)]
+        if self.runtime.shim:
+            paths.append(Path(self.runtime.shim))
+        return sorted({str(Path(os.path.abspath(p)).parent) for p in paths})
 
     def _start_runtime(self) -> None:
         assert self.namespace is not None and self.runtime is not None
