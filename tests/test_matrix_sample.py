@@ -70,7 +70,7 @@ def test_the_covering_sample_has_a_mutant_for_every_check() -> None:
     assert len(chosen) < len(cases) / 2
 
 
-def test_the_default_run_keeps_each_real_scenario_and_runs_covering_mutants_on_their_checks(
+def test_the_default_run_keeps_half_the_real_scenarios_and_runs_untouched_mutants_on_their_checks(
         request: pytest.FixtureRequest) -> None:
     """What this very session collected: the sample's choices as the tests see them."""
     import test_kill_matrix
@@ -82,10 +82,9 @@ def test_the_default_run_keeps_each_real_scenario_and_runs_covering_mutants_on_t
     names = {n for n, _c in test_scenarios.REAL_CASES}
     real = [i for i in items.values() if getattr(i, "originalname", "") ==
             "test_each_scenario_gives_its_verdict_on_the_real_kubelet"]
-    if real:  # collected (with -m real_kubelet): every scenario has a real case left
-        assert {i.callspec.params["name"] for i in real} == names
-    covering_only = [i for i in items.values() if i.stash.get(matrix_sample.KILLS_ONLY, False)]
-    for item in covering_only:
+    if real:  # collected (with -m real_kubelet): half the scenarios keep their first real case
+        assert {n for n in names if matrix_sample.real_first_in_sample(n)} <= {i.callspec.params["name"] for i in real}
+    kills_only = [i for i in items.values() if i.stash.get(matrix_sample.KILLS_ONLY, False)]
+    for item in kills_only:  # the sample's and the covering mutants, never a benign behaviour (it kills nothing)
         subject, defect = item.callspec.params["subject"], item.callspec.params["defect"]
-        assert not matrix_sample.in_sample(subject, defect)
         assert test_kill_matrix.SPECS[subject].defects[defect].kills

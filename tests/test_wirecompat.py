@@ -285,7 +285,8 @@ def test_upstream_kubelet_drives_reference_plugin(wirecompat_bin):
         kubelet_argv = [str(wirecompat_bin), "kubelet", "--plugin-dir", str(sb.plugin_dir),
                         "--timeout", KUBELET_TIMEOUT]
         plugin_argv = [sys.executable, "-m", "harness.reference.device_plugin", "--plugin-dir", str(sb.plugin_dir),
-                       "--inventory", str(inventory), "--dev-dir", str(sb.dev_dir)]
+                       "--inventory", str(inventory), "--dev-dir", str(sb.dev_dir),
+                       "--cdi-dir", str(sb.cdi_dir)]  # so that Allocate names CDI devices too
         reference = ProcessLauncher("reference-dp", plugin_argv, dict(os.environ, GRPC_VERBOSITY="ERROR"),
                                     sb.logs_dir / "reference-dp.log", timeline)
         with GoProcess("wirecompat-kubelet", kubelet_argv, timeline, sb.logs_dir) as kubelet:
