@@ -280,3 +280,51 @@ steps:
 
 def one_step_scenario(step: str, kind: str) -> str:
     return ONE_STEP_SCENARIO.replace("KIND", kind).replace("STEP", step)
+
+
+# -- ResourceSlices on a local API server, for the DRA areas' allocator tests (test_partitions, test_capacity) --
+
+SLICE_DRIVER = "gpu.fakelet.example.com"  # the reference DRA driver's default name
+
+
+def as_slices(parts: list[dict[str, Any]], pool: str = "node-a") -> list[dict[str, Any]]:
+    """One pool's slices of SLICE_DRIVER from the parts a driver module publishes (spec fields each)."""
+    return [{"metadata": {"name": f"s{i}"}, "spec": {"driver": SLICE_DRIVER, "nodeName": pool, **part,
+                                                     "pool": {"name": pool, "generation": 1,
+                                                              "resourceSliceCount": len(parts)}}}
+            for i, part in enumerate(parts)]
+
+
+@pytest.fixture
+def slice_api(shared_kubeconfig: Path) -> Iterator[Any]:
+    """fakelet's Allocator on the shared API server, with a node, namespace and device class of its own."""
+    import uuid
+
+    from harness.controlplane.allocator import Allocator
+    from harness.controlplane.base import RESOURCE_API
+    from harness.controlplane.client import KubeClient
+
+    client = KubeClient.from_kubeconfig(shared_kubeconfig)
+    node = f"fakelet-{uuid.uuid4().hex[:8]}"
+    alloc = Allocator(client)
+    alloc.ensure_namespace(node)
+    alloc.ensure_node(node)
+    alloc.ensure_device_class(node, SLICE_DRIVER)
+    try:
+        yield alloc, node
+    finally:
+        for s in alloc.slices(SLICE_DRIVER, node):
+            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
+        client.delete(f"/api/v1/namespaces/{node}")
+        client.delete(f"/api/v1/nodes/{node}")
+        client.close()
+
+
+def publish_slices(alloc: Any, node: str, parts: list[dict[str, Any]]) -> None:
+    """The parts as one pool of node's, created in the API server (names made unique by the node)."""
+    from harness.controlplane.base import RESOURCE_API
+
+    for s in as_slices(parts, node):
+        s["metadata"] = {"name": f"{node}-{s['metadata']['name']}"}
+        alloc.client.create(f"{RESOURCE_API}/resourceslices", {"apiVersion": "resource.k8s.io/v1",
+                                                               "kind": "ResourceSlice", **s})

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SLICE_DRIVER, as_slices, publish_slices
 
 from fake_devices.materialize import Materializer
 from fake_devices.model import Inventory
 from harness.controlplane import capacity
 from harness.controlplane.allocator import AllocationError, Allocator
-from harness.controlplane.base import RESOURCE_API
-from harness.controlplane.client import ApiError, KubeClient
+from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import pod_body
 from harness.reference import dra_capacity
 from harness.reference.dra_driver import DraSysfsSource
@@ -26,7 +26,7 @@ from harness.spec.subjects import fixtures_dir
 from harness.world.draenv import SHARED_INVENTORY
 from suites.dra.test_capacity import capacity_errors, smallest_share
 
-DRIVER = "gpu.fakelet.example.com"
+DRIVER = SLICE_DRIVER
 GI = 2**30
 
 
@@ -80,11 +80,6 @@ def devices_seen(tmp_path: Path) -> list[dict[str, Any]]:
             for n, d in enumerate(DraSysfsSource(tmp_path).read_devices())]
 
 
-def as_slices(parts: list[dict[str, Any]], pool: str = "node-a") -> list[dict[str, Any]]:
-    return [{"metadata": {"name": f"s{i}"}, "spec": {"driver": DRIVER, "nodeName": pool, **part,
-                                                     "pool": {"name": pool, "generation": 1,
-                                                              "resourceSliceCount": len(parts)}}}
-            for i, part in enumerate(parts)]
 
 
 def test_a_shareable_device_is_published_multi_allocatable(tmp_path: Path) -> None:
@@ -174,29 +169,8 @@ def test_a_ledger_holds_shares_to_the_capacity() -> None:
 # -- fakelet's allocator and the real API server ----------------------------------------------------------------
 
 
-@pytest.fixture
-def api(shared_kubeconfig: Path) -> Any:
-    client = KubeClient.from_kubeconfig(shared_kubeconfig)
-    node = f"fakelet-{uuid.uuid4().hex[:8]}"
-    alloc = Allocator(client)
-    alloc.ensure_namespace(node)
-    alloc.ensure_node(node)
-    alloc.ensure_device_class(node, DRIVER)
-    try:
-        yield alloc, node
-    finally:
-        for s in alloc.slices(DRIVER, node):
-            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
-        client.delete(f"/api/v1/namespaces/{node}")
-        client.delete(f"/api/v1/nodes/{node}")
-        client.close()
 
 
-def publish(alloc: Allocator, node: str, parts: list[dict[str, Any]]) -> None:
-    for s in as_slices(parts, node):
-        s["metadata"] = {"name": f"{node}-{s['metadata']['name']}"}
-        alloc.client.create(f"{RESOURCE_API}/resourceslices", {"apiVersion": "resource.k8s.io/v1",
-                                                               "kind": "ResourceSlice", **s})
 
 
 def allocate(alloc: Allocator, node: str, device: str, wanted: dict[str, str] | None = None) -> dict[str, Any]:
@@ -206,19 +180,19 @@ def allocate(alloc: Allocator, node: str, device: str, wanted: dict[str, str] | 
     return alloc.allocate(claim, node, DRIVER, {"name": name, "uid": pod["metadata"]["uid"]}, only={device})
 
 
-def test_the_api_server_refuses_a_policy_on_a_single_allocation_device(api: Any, tmp_path: Path) -> None:
-    alloc, node = api
+def test_the_api_server_refuses_a_policy_on_a_single_allocation_device(slice_api: Any, tmp_path: Path) -> None:
+    alloc, node = slice_api
     parts = dra_capacity.pool_slices(devices_seen(tmp_path), "policy-without-multi", None)
     assert parts is not None
     with pytest.raises(ApiError, match="allowMultipleAllocations must be true"):
-        publish(alloc, node, parts)
+        publish_slices(alloc, node, parts)
 
 
-def test_shares_of_a_device_never_exceed_its_capacity(api: Any, tmp_path: Path) -> None:
-    alloc, node = api
+def test_shares_of_a_device_never_exceed_its_capacity(slice_api: Any, tmp_path: Path) -> None:
+    alloc, node = slice_api
     parts = dra_capacity.pool_slices(devices_seen(tmp_path), None, None)
     assert parts is not None
-    publish(alloc, node, parts)
+    publish_slices(alloc, node, parts)
     results = [allocate(alloc, node, "gpu-0", {"memory": w})["status"]["allocation"]["devices"]["results"][0]
                for w in ("10Gi", "15Gi", "1")]  # 10Gi, rounded up to 20Gi, up to 10Gi: 40Gi in all
     assert [capacity.quantity(r["consumedCapacity"]["memory"]) for r in results] == [10 * GI, 20 * GI, 10 * GI]

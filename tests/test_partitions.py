@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import SLICE_DRIVER, as_slices, publish_slices
 
 from fake_devices.materialize import Materializer
 from fake_devices.model import Inventory
 from harness.controlplane import counters
 from harness.controlplane.allocator import AllocationError, Allocator
-from harness.controlplane.base import RESOURCE_API
-from harness.controlplane.client import ApiError, KubeClient
+from harness.controlplane.client import ApiError
 from harness.controlplane.scheduler import pod_body
 from harness.reference import dra_partitions
 from harness.reference.dra_driver import DraSysfsSource
@@ -26,7 +26,7 @@ from harness.spec.subjects import fixtures_dir
 from harness.world.draenv import PARTITIONED_INVENTORY
 from suites.dra.test_partitions import partition_errors
 
-DRIVER = "gpu.fakelet.example.com"
+DRIVER = SLICE_DRIVER
 PARTITION_DEFECTS = ("counters-in-device-slice", "overcommit-counters", "consumes-missing-counter",
                      "prepares-whole-gpu")
 
@@ -94,11 +94,6 @@ def devices_seen(tmp_path: Path) -> list[dict[str, Any]]:
             for n, d in enumerate(DraSysfsSource(tmp_path).read_devices())]
 
 
-def as_slices(parts: list[dict[str, Any]], pool: str = "node-a") -> list[dict[str, Any]]:
-    return [{"metadata": {"name": f"s{i}"}, "spec": {"driver": DRIVER, "nodeName": pool, **part,
-                                                     "pool": {"name": pool, "generation": 1,
-                                                              "resourceSliceCount": len(parts)}}}
-            for i, part in enumerate(parts)]
 
 
 def test_counter_sets_get_slices_of_their_own(tmp_path: Path) -> None:
@@ -163,29 +158,8 @@ def test_a_ledger_refuses_what_the_set_no_longer_holds() -> None:
 # -- fakelet's allocator and the real API server ----------------------------------------------------------------
 
 
-@pytest.fixture
-def api(shared_kubeconfig: Path) -> Any:
-    client = KubeClient.from_kubeconfig(shared_kubeconfig)
-    node = f"fakelet-{uuid.uuid4().hex[:8]}"
-    alloc = Allocator(client)
-    alloc.ensure_namespace(node)
-    alloc.ensure_node(node)
-    alloc.ensure_device_class(node, DRIVER)
-    try:
-        yield alloc, node
-    finally:
-        for s in alloc.slices(DRIVER, node):
-            client.delete(f"{RESOURCE_API}/resourceslices/{s['metadata']['name']}")
-        client.delete(f"/api/v1/namespaces/{node}")
-        client.delete(f"/api/v1/nodes/{node}")
-        client.close()
 
 
-def publish(alloc: Allocator, node: str, parts: list[dict[str, Any]]) -> None:
-    for s in as_slices(parts, node):
-        s["metadata"] = {"name": f"{node}-{s['metadata']['name']}"}
-        alloc.client.create(f"{RESOURCE_API}/resourceslices", {"apiVersion": "resource.k8s.io/v1",
-                                                               "kind": "ResourceSlice", **s})
 
 
 def allocate(alloc: Allocator, node: str, device: str) -> dict[str, Any]:
@@ -196,19 +170,19 @@ def allocate(alloc: Allocator, node: str, device: str) -> dict[str, Any]:
     return alloc.allocate(claim, node, DRIVER, {"name": name, "uid": pod["metadata"]["uid"]}, only={device})
 
 
-def test_the_api_server_refuses_counters_beside_devices(api: Any, tmp_path: Path) -> None:
-    alloc, node = api
+def test_the_api_server_refuses_counters_beside_devices(slice_api: Any, tmp_path: Path) -> None:
+    alloc, node = slice_api
     parts = dra_partitions.pool_slices(devices_seen(tmp_path), "counters-in-device-slice")
     assert parts is not None
     with pytest.raises(ApiError, match="only one of `sharedCounters` or `devices` is allowed"):
-        publish(alloc, node, parts)
+        publish_slices(alloc, node, parts)
 
 
-def test_overlapping_partitions_are_never_both_allocated(api: Any, tmp_path: Path) -> None:
-    alloc, node = api
+def test_overlapping_partitions_are_never_both_allocated(slice_api: Any, tmp_path: Path) -> None:
+    alloc, node = slice_api
     parts = dra_partitions.pool_slices(devices_seen(tmp_path))
     assert parts is not None
-    publish(alloc, node, parts)
+    publish_slices(alloc, node, parts)
     allocate(alloc, node, "gpu-0-2g-0")
     with pytest.raises(AllocationError, match="counter memory-slice-1 of counter set gpu-0-counters"):
         allocate(alloc, node, "gpu-0-1g-1")
@@ -218,10 +192,10 @@ def test_overlapping_partitions_are_never_both_allocated(api: Any, tmp_path: Pat
     allocate(alloc, node, "gpu-1")  # another GPU's counters
 
 
-def test_a_pool_consuming_a_missing_counter_is_invalid(api: Any, tmp_path: Path) -> None:
-    alloc, node = api
+def test_a_pool_consuming_a_missing_counter_is_invalid(slice_api: Any, tmp_path: Path) -> None:
+    alloc, node = slice_api
     parts = dra_partitions.pool_slices(devices_seen(tmp_path), "consumes-missing-counter")
     assert parts is not None
-    publish(alloc, node, parts)  # the API server cannot tell: the set is in another slice
+    publish_slices(alloc, node, parts)  # the API server cannot tell: the set is in another slice
     with pytest.raises(AllocationError, match=r"invalid resource pools.*counter memory-slice-4 not found"):
         allocate(alloc, node, "gpu-1-1g-0")

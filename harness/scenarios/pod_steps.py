@@ -152,7 +152,10 @@ class PodSteps(StageState):
         call keeps the pod where it is until released, so the step then returns at once and says so; `phase` is
         the pod's meanwhile where the node shows none of its own (the fake kubelet's before its pod worker's
         first word)."""
-        if not self._hold_armed(method):
+        hold = self.held_calls.get(method)
+        # Armed, whether or not its call came already: on a loaded machine the kubelet can make it between the
+        # step's API request and this wait, and a hold met then is still this step's (fired() below looks back).
+        if hold is None or hold.released:
             return False
         began = self.step_began_ns
 
