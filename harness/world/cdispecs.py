@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -10,9 +11,8 @@ import yaml
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")  # tags.cncf.io/container-device-interface: spec files by extension
 
 
-def defined_devices(cdi_dir: Path) -> dict[str, str]:
-    """Qualified CDI device name ("vendor/class=name") -> the spec file that defines it."""
-    out: dict[str, str] = {}
+def specs(cdi_dir: Path) -> Iterator[tuple[Path, dict]]:
+    """Each CDI spec file in the dir, in name order, with its parsed content."""
     for path in sorted(Path(cdi_dir).glob("*")):
         if path.suffix not in SPEC_SUFFIXES or not path.is_file():
             continue
@@ -21,8 +21,14 @@ def defined_devices(cdi_dir: Path) -> dict[str, str]:
             spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         except (OSError, ValueError, yaml.YAMLError):
             continue  # a half-written or foreign file defines nothing we can name
-        if not isinstance(spec, dict):
-            continue
+        if isinstance(spec, dict):
+            yield path, spec
+
+
+def defined_devices(cdi_dir: Path) -> dict[str, str]:
+    """Qualified CDI device name ("vendor/class=name") -> the spec file that defines it."""
+    out: dict[str, str] = {}
+    for path, spec in specs(cdi_dir):
         for device in spec.get("devices") or []:
             if isinstance(device, dict) and device.get("name"):
                 out[f"{spec.get('kind')}={device['name']}"] = path.name
@@ -45,15 +51,8 @@ def edits_of(cdi_dir: Path, qualified: str) -> list[dict]:
     """The containerEdits a runtime applies for one qualified CDI device ("vendor/class=name"): the device's own,
     then its spec file's (which every device of that file gets); [] when no spec here defines it."""
     kind, _, name = qualified.partition("=")
-    for path in sorted(Path(cdi_dir).glob("*")):
-        if path.suffix not in SPEC_SUFFIXES or not path.is_file():
-            continue
-        try:
-            text = path.read_text()
-            spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError):
-            continue
-        if not isinstance(spec, dict) or spec.get("kind") != kind:
+    for _path, spec in specs(cdi_dir):
+        if spec.get("kind") != kind:
             continue
         for device in spec.get("devices") or []:
             if isinstance(device, dict) and device.get("name") == name:
