@@ -164,6 +164,17 @@ class DeviceBackend:
                 self.nvml.write(self.inventory.devices)
             self._record("device.nvml_wait_error", code=code)
 
+    def fabric_fault(self, device_id: str, error: str) -> dict[str, Any]:
+        """Every attach of the fabric-attached device fails with `error` from now on ("": attaches work again);
+        fake_devices/fabric.py. Not one of OPS: only the DRA-BND checks drive it."""
+        with self._lock:
+            fabric = self._device(device_id).fabric
+            if not fabric:
+                raise ValueError(f"device {device_id} is not fabric-attached (no `fabric` in the inventory)")
+            if "\n" in error:
+                raise ValueError("an attach error is one line")
+            return self._change("fabric_fault", device_id, fabric={**fabric, "attach_error": error})
+
     def apply(self, op: str, device_id: str, value: float | None = None) -> dict[str, Any]:
         """One operation by name: what fault scripts and the control API call."""
         if op in ("heat", "cool"):

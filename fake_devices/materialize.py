@@ -93,6 +93,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fake_devices.capacity import sharing_files
+from fake_devices.fabric import fabric_files
 from fake_devices.model import Device, Inventory, atomic_write_text
 
 # nvml: the neutral tree plus the NVML surface (fake_devices/nvml/). A combined skin is the union of
@@ -500,6 +501,8 @@ def neutral_files(device: Device) -> Spec:
         files.update(partition_files(device))
     if device.sharing:
         files.update(sharing_files(device.sharing))
+    if device.fabric:
+        files.update(fabric_files(device.fabric))
     return files
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from fake_devices.capacity import check_sharing
+from fake_devices.fabric import check_fabric
 from fake_devices.partitions import Partition, check_layout, partitions_of
 from harness.instruments.userinput import UserInputError, read_user_text
 
@@ -38,7 +39,7 @@ PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
 # The legacy format names the device node `dev`; the full format calls it `node`.
 LEGACY_NODE_KEY = "dev"
 TOP_LEVEL_KEYS = ("seed", "devices")
-OPTIONAL_FIELDS = ("driver", "partitions", "sharing")  # dumped only when set
+OPTIONAL_FIELDS = ("driver", "partitions", "sharing", "fabric")  # dumped only when set
 
 
 @dataclass
@@ -66,6 +67,9 @@ class Device:
     # Consumable capacity (fake_devices/capacity.py): capacity name -> {total, step}, or None for a device that
     # serves one user at a time. Optional like `partitions`.
     sharing: dict[str, dict[str, str]] | None = None
+    # Fabric-attached (fake_devices/fabric.py): {interface, mac, ips, attach_ms, attach_error}, or None for a
+    # device usable on its node as soon as it is allocated. Optional like `sharing`.
+    fabric: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Derived defaults: a hand-built Device(id="gpu-0") is as complete as a loaded one.
@@ -236,6 +240,8 @@ def _check_field(label: str, name: str, value: Any) -> Any:
         return None if value is None else check_layout(label, value)
     if name == "sharing":
         return None if value is None else check_sharing(label, value)
+    if name == "fabric":
+        return None if value is None else check_fabric(label, value)
     if name in ("id", "node", "driver"):
         if not isinstance(value, str) or not NAME_RE.match(value):
             raise bad("a name of letters, digits, '.', '_' or '-' (no '/')")

@@ -754,3 +754,21 @@ def test_a_corrupt_checkpoint_stops_the_kubelet_start_as_upstream(timeline: Time
         DRAManager(state, timeline, PROFILE, versions.get("1.36")).start()
     assert isinstance(caught.value, AssertionError)
     assert any(e.get("finding") for e in timeline.events(kind="kubelet.checkpoint_unreadable"))
+
+
+def test_the_pods_a_changed_device_is_sent_for_are_its_claims_pods(tmp: Path, timeline: Timeline) -> None:
+    """pods_using once read an attribute the claim snapshot does not have: the first health change that named a
+    prepared device killed the thread that re-posts the pods' allocatedResourcesStatus."""
+    manager = DRAManager(tmp / "state", timeline, FAST)
+    state = dracheckpoint.ClaimInfoState("uid-1", "c1", "ns", {"pod-a", "pod-b"},
+                                         {DRIVER: [dracheckpoint.Device("pool", "gpu-0")]})
+    with manager._cache_lock:
+        manager._claims["uid-1"] = _claim_info(state)
+    assert manager.pods_using(DRIVER, {"pool/gpu-0"}) == {"pod-a", "pod-b"}
+    assert manager.pods_using(DRIVER, {"pool/gpu-1"}) == set()
+    assert manager.pods_using("other.example.com", {"pool/gpu-0"}) == set()
+
+
+def _claim_info(state: dracheckpoint.ClaimInfoState) -> Any:
+    from harness.kubelet.dramanager import _ClaimInfo
+    return _ClaimInfo(state, prepared=True)

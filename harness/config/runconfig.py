@@ -31,7 +31,6 @@ from typing import Any
 
 from fake_devices.materialize import has_drm
 from fake_devices.model import Inventory
-from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
 from harness.instruments.userinput import (
     MAX_SEED,
     UserInputError,
@@ -49,6 +48,7 @@ from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 from harness.spec.profiles import Profile
 from harness.spec.profiles import get as get_profile
 from harness.spec.subjects import (
+    BESIDE_PLACEHOLDERS,
     DEFAULT_SKIN,
     DEVICE_IDS,
     ENV_NAME,
@@ -68,7 +68,9 @@ from harness.spec.subjects import (
     resolve_inventory,
     template_fields,
 )
-from harness.world.env import SubjectUnavailable
+
+# Imported where used, not here: harness.controlplane (lightkube, the allocator) and harness.world.env (grpc, the
+# kubelets) take seconds on a loaded machine, and every fakelet command validates its flags here first.
 
 DEFAULT_SUBJECT = "reference-dp"
 DEFAULT_KIND = "device-plugin"
@@ -150,6 +152,8 @@ def check_control_plane(spec: str) -> str:
         path = Path(spec.removeprefix("kubeconfig:"))
         if not os.path.lexists(path):  # anything else there (a FIFO, a dangling symlink): the reader says what
             raise ProfileError(f"--control-plane {oneline(spec)}: no such kubeconfig file {oneline(path)}")
+        from harness.controlplane.kubeconfig import KubeconfigError, load_kubeconfig
+
         try:  # parsed now, so a broken kubeconfig is bad input, not a run of skipped checks
             load_kubeconfig(path)
         except (KubeconfigError, OSError, ValueError) as err:
@@ -415,6 +419,9 @@ def templates(spec: SubjectSpec) -> list[tuple[str, str]]:
     rolling = spec.rolling_update or {}
     out += [(f"rolling_update.args[{n}]", t) for n, t in enumerate(rolling.get("args", []))]
     out += [(f"rolling_update.env.{k}", v) for k, v in rolling.get("env", {}).items()]
+    beside = spec.device_plugin_beside or {}
+    out += [(f"device_plugin_beside.args[{n}]", t) for n, t in enumerate(beside.get("args", []))]
+    out += [(f"device_plugin_beside.env.{k}", v) for k, v in beside.get("env", {}).items()]
     return out
 
 
@@ -434,6 +441,8 @@ def check_templates(spec: SubjectSpec, binary: str | None, flag_env: dict[str, s
         where = _origin(spec, path, flag_env)
         for name in template_fields(template, where):
             if name == POD_UID_PLACEHOLDER and path.startswith("rolling_update."):
+                continue
+            if name in BESIDE_PLACEHOLDERS and path.startswith("device_plugin_beside."):
                 continue
             if name not in known:
                 raise ProfileError(f"{where}: unknown placeholder {{{name}}} in {template!r}; a {spec.kind} "
@@ -625,6 +634,7 @@ class RunConfig:
         except ProfileError as err:
             raise ProfileError(str(err).replace("--control-plane", "--cluster", 1)) from None
         from harness.controlplane.client import ApiError, KubeClient
+        from harness.controlplane.kubeconfig import KubeconfigError
 
         try:
             client = KubeClient.from_kubeconfig(Path(spec_text.removeprefix("kubeconfig:")))
@@ -654,6 +664,8 @@ class RunConfig:
 
     def resolve_binary(self) -> str | None:
         """Build the subject's binary from its Go wrapper module, once; raise SubjectUnavailable if we cannot."""
+        from harness.world.env import SubjectUnavailable
+
         if self.binary or not self.spec.build:
             return self.binary
         if self._built_binary:

@@ -4,12 +4,14 @@ It follows the structured-parameters allocator's rules that a conformance
 check can observe (k8s.io/dynamic-resource-allocation structured/): devices
 come only from complete pools (the newest generation, all resourceSliceCount
 slices present) that list each device once, a device allocated to another claim
-is not handed out again, and a device with a NoSchedule or NoExecute taint is
+is not handed out again (but to a request for admin access, which holds none:
+harness/controlplane/admin.py), and a device with a NoSchedule or NoExecute taint is
 skipped unless the request tolerates it, and a device that consumes shared
 counters (partitionable devices) only while its pool's counter sets still hold
 them (harness/controlplane/counters.py), and a device that allows multiple
 allocations to several claims at once, each a share of its capacity
-(harness/controlplane/capacity.py). Device classes are matched by driver
+(harness/controlplane/capacity.py); a device's binding conditions go into its
+result, pools without any tried first (harness/controlplane/binding.py). Device classes are matched by driver
 only: the harness creates its classes with the one selector
 `device.driver == "<driver>"`, and evaluating arbitrary CEL is out of scope.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from harness.controlplane import capacity, counters
+from harness.controlplane import admin, binding, capacity, counters
 from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.client import ApiError, KubeClient
 from harness.controlplane.taints import TaintRules, TaintRulesUnavailable, rule_matches
@@ -132,10 +134,14 @@ class Allocator:
                                 field_selector=f"spec.driver={driver},spec.nodeName={node}")
 
     def create_claim(self, namespace: str, name: str, device_class: str, count: int = 1,
-                     capacity_requests: dict[str, str] | None = None) -> dict:
-        """`capacity_requests`: capacity name -> quantity the device must provide (consumable capacity)."""
+                     capacity_requests: dict[str, str] | None = None, admin_access: bool = False) -> dict:
+        """`capacity_requests`: capacity name -> quantity the device must provide (consumable capacity).
+        `admin_access`: the request asks for admin access (harness/controlplane/admin.py: its namespace must allow
+        it)."""
         exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": ALLOCATION_EXACT_COUNT,
                                    "count": count}
+        if admin_access:
+            exactly["adminAccess"] = True
         if capacity_requests:
             exactly["capacity"] = {"requests": dict(capacity_requests)}
         return self.client.create(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", {
@@ -229,7 +235,8 @@ class Allocator:
             reservation = {"resource": "pods", "name": pod["name"], "uid": pod["uid"]}
             reserved = status.setdefault("reservedFor", [])
             if not status.get("allocation"):
-                status["allocation"] = self._allocation(current, node, driver, only)
+                # allocationTimestamp when a device has binding conditions (harness/controlplane/binding.py)
+                status["allocation"] = binding.stamp(self._allocation(current, node, driver, only))
             if not any(r.get("uid") == pod["uid"] for r in reserved):
                 reserved.append(reservation)
             try:
@@ -248,9 +255,10 @@ class Allocator:
 
     def _allocation(self, claim: dict, node: str, driver: str, only: set[str] | None = None) -> dict[str, Any]:
         ns, name = _meta(claim)["namespace"], _meta(claim)["name"]
-        pools = self._complete_pools(driver, node)
-        held = self._others(_meta(claim).get("uid", ""), node)
+        pools = binding.unbound_first(self._complete_pools(driver, node))  # as upstream's GatherPools
+        held = admin.ordinary(self._others(_meta(claim).get("uid", ""), node))  # admin access holds nothing
         used = {key for key, r in held if not r.get("shareID")}
+        mine: set[tuple[str, str, str]] = set()  # what this claim is given: admin access skips only these
         shares = capacity.CapacityLedger((key, r) for key, r in held if r.get("shareID"))
         rules = self._rules()
         ledgers = {pool: counters.Ledger(pool_slices, {d for drv, p, d in used if drv == driver and p == pool})
@@ -275,8 +283,9 @@ class Allocator:
                         key = (driver, pool, device["name"])
                         if only is not None and device["name"] not in only:
                             continue
-                        if key in used:
-                            skipped.append(f"{pool}/{device['name']} (allocated to another claim)")
+                        if key in (mine if admin.requested(exactly) else used):
+                            skipped.append(f"{pool}/{device['name']} (allocated to "
+                                           f"{'this' if key in mine else 'another'} claim)")
                             continue
                         taints = [*(device.get("taints") or []),
                                   *(r["spec"]["taint"] for r in rules if rule_matches(r, driver, pool, device["name"]))]
@@ -303,6 +312,9 @@ class Allocator:
                                                   "device": device["name"]}
                         if capacity.multi_allocatable(device):
                             result = capacity.share_result(result, share)
+                        result.update(binding.result_fields(device))  # bindingConditions, as upstream
+                        if admin.requested(exactly):
+                            result["adminAccess"] = True
                         if tolerations:
                             # The eviction controller reads tolerations from the result, not the request
                             # (structured allocator: DeviceRequestAllocationResult.Tolerations).
@@ -310,6 +322,7 @@ class Allocator:
                         picked.append(result)
                         if not capacity.multi_allocatable(device):
                             used.add(key)
+                            mine.add(key)
             if not picked or (want is not None and len(picked) < want):
                 why = f"; skipped {', '.join(skipped)}" if skipped else ""
                 raise AllocationError(f"claim {ns}/{name}: request {request['name']} wants "

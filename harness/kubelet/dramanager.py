@@ -718,7 +718,7 @@ class DRAManager:
         uids: set[str] = set()
         for info in infos:
             if any(f"{d.pool}/{d.device}" in devices for d in info.devices.get(driver, [])):
-                uids |= set(info.pod_uids)
+                uids |= set(info.pods)
         return uids
 
     def allocated_resources_status(self, pod: str) -> dict[str, list[dict]]:

@@ -38,7 +38,7 @@ from inotify_simple import Event, INotify
 from inotify_simple import flags as IN
 
 from harness.instruments.grpcutil import insecure_unix_channel, unix_target
-from harness.reference import cdi, hostile
+from harness.reference import cdi, hostile, wakeup
 from harness.reference.defects import (
     DP_BENIGN,
     DP_DEFECTS,
@@ -251,6 +251,7 @@ class ReferencePlugin:
         self.defect = args.defect
         self.allocate_delay_s: float = args.allocate_delay_ms / 1000
         self.options = dp.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
+        self.only: set[str] | None = set(args.only_devices.split(",")) - {""} if args.only_devices else None
         self.seen: list[SeenDevice] = []  # what the source said at the last read, device by device
         self._seen_at: dict[str, int] | None = None  # device id -> index in seen; None: ids repeat, no partial reads
         self.devices: list[dict] = self._effective(self._read_all())  # what the kubelet is told (published)
@@ -261,7 +262,7 @@ class ReferencePlugin:
         self.stopping = threading.Event()
         self.last_stream_end: float | None = None  # when the kubelet's last ListAndWatch ended
         self.terminating = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r, self._wake_w = wakeup.self_pipe()
         self.server: grpc.Server | None = None
         self._silent: socket.socket | None = None  # silent-endpoint, garbage-endpoint
         self._flooded = False  # register-flood
@@ -360,7 +361,8 @@ class ReferencePlugin:
         return out
 
     def _read_all(self) -> list[SeenDevice]:
-        seen = self.source.read()
+        # --only-devices: the plugin's share of the node's devices, a DRA driver serving the others (DRA-EXT-02).
+        seen = [d for d in self.source.read() if self.only is None or d.id in self.only]
         self.seen = seen
         at = {d.id: i for i, d in enumerate(seen)}
         self._seen_at = at if len(at) == len(seen) else None
@@ -534,6 +536,8 @@ class ReferencePlugin:
             nvml_wake = getattr(self.source, "wake_r", None)
             ready, _, _ = select.select([watcher.fileno(), self._wake_r, *([nvml_wake] if nvml_wake else [])], [], [],
                                         None if timeout is None else timeout / 1000)
+            if self._wake_r in ready:
+                wakeup.drain(self._wake_r)
             if nvml_wake is not None and nvml_wake in ready:
                 os.read(nvml_wake, 4096)
                 self.refresh()
@@ -564,6 +568,11 @@ class ReferencePlugin:
     def stream_ended(self) -> None:
         self.last_stream_end = time.monotonic()
 
+    @property
+    def wake_fd(self) -> int:
+        """The loop's self-pipe, for signal.set_wakeup_fd (harness/reference/wakeup.py)."""
+        return self._wake_w
+
     def request_stop(self) -> None:
         """From the SIGTERM handler: only set a flag and wake the loop.
 
@@ -571,7 +580,7 @@ class ReferencePlugin:
         blocking gRPC call; a flag and a self-pipe cannot be lost.
         """
         self.terminating.set()
-        os.write(self._wake_w, b"x")
+        wakeup.wake(self._wake_w)
 
     def _on_event(self, event, loop: _RegisterLoop) -> None:  # noqa: ANN001 - inotify_simple.Event
         if event.name == self.socket_name and event.mask & (IN.DELETE | IN.MOVED_FROM):
@@ -695,6 +704,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dev-dir", help="where device nodes live (default: the inventory's directory)")
     parser.add_argument("--cdi-dir", help="where the runtime reads CDI specs (/var/run/cdi on a node): Allocate "
                                           "names its devices as CDI devices, defined there; without it, none")
+    parser.add_argument("--only-devices", metavar="ID,ID",
+                        help="serve only these devices of the source (by ID), leaving the others to a DRA driver")
     every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS | DP_LEVELZERO_BENIGN
     parser.add_argument("--defect", choices=sorted(every),
                         help="run as a mutant with this bug, or with this benign quirk")
@@ -735,6 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
         signal.signal(signal.SIGTERM, on_term)
+        wakeup.wake_on_signals(plugin.wake_fd)
     try:
         plugin.run()
         log.info("terminating")

@@ -18,6 +18,8 @@ DRA_DEFECTS: dict[str, str] = {
     "unprepare-unknown-errors": "answers unprepare of a claim it does not know with an error",
     "drops-claims-in-batch": "answers only the first claim of a multi-claim request",
     "wrong-cdi-id": "returns CDI device IDs without the vendor/class qualification",
+    "cdi-kind-mismatch": "writes its CDI spec under the kind <driver>/device while the IDs it returns name "
+                         "<driver>/gpu, so no runtime resolves them",
     "prepare-hang": "never answers a NodePrepareResources call that names claims",
     "stuck-after-unprepare": "refuses every new claim after its first unprepare (a device lock it never lets go)",
     # restarts
@@ -70,4 +72,23 @@ DRA_DEFECTS: dict[str, str] = {
     "unprepare-drops-share": "unpreparing one claim on a shared device tears down every claim's share of it",
     "overstates-capacity": "publishes twice the shared capacity its hardware has",
     "share-full-capacity": "hands each claim on a shared device the whole device's capacity, not its share",
+    # admin access (harness/reference/dra_admin.py): an admin-access claim on a device another claim holds
+    "refuses-busy-device": "refuses to prepare a device already prepared for another claim, an admin-access claim's "
+                           "too (the exclusive-lock habit)",
+    "admin-unprepare-resets": "resets a device when any claim on it is unprepared, removing the CDI specs of the "
+                              "other claims prepared on it",
+    # extended resources backed by DRA (harness/reference/dra_extended.py): the scheduler's claim for a pod
+    "refuses-generated-claims": "refuses a pod-owned claim that none of the pod's claim entries names (the "
+                                "scheduler's claim for extended resources), looking for per-pod settings",
+    "one-request-name": "names every prepared device with the claim's first request, so the kubelet hands every "
+                        "device to the first container",
+    # beside a device plugin for the same hardware (harness/reference/dra_beside.py)
+    "ignores-device-plugin": "ignores --exclude-devices: publishes and prepares the devices a device plugin beside it "
+                             "serves",
+    # device binding conditions and device status (harness/reference/dra_binding.py): fabric-attached devices
+    "never-binds": "publishes fabric-attached devices with bindingConditions but never sets them on the claim's "
+                   "device status, so the scheduler never binds the pod",
+    "hides-attach-failure": "reports a failed attach of a fabric-attached device as one still under way, never "
+                            "setting its bindingFailureCondition, so the scheduler waits out its 600 s timeout",
+    "wrong-network-data": "reports another device's hardware address in a claim's device status networkData",
 }

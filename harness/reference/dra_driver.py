@@ -56,7 +56,16 @@ from harness.controlplane.base import RESOURCE_API
 from harness.controlplane.taints import RULE_VERSIONS, rule_matches
 from harness.instruments.grpcutil import unix_target
 from harness.launch.sandbox import SOCKET_PATH_MAX
-from harness.reference import cdi, dra_capacity, dra_partitions
+from harness.reference import (
+    cdi,
+    dra_admin,
+    dra_beside,
+    dra_binding,
+    dra_capacity,
+    dra_extended,
+    dra_partitions,
+    wakeup,
+)
 from harness.reference.dra_checkpoint import Checkpoint
 from harness.reference.dra_defects import DRA_DEFECTS
 from harness.reference.dra_slices import SlicePublisher, dns_label
@@ -156,6 +165,7 @@ class HwDevice:
     host_path: str
     layout: dra_partitions.Layout | None = None  # MIG-style partitions, when the backend cut the GPU into some
     sharing: dra_capacity.Sharing | None = None  # its shared capacities, when the backend makes it shareable
+    fabric: dra_binding.Fabric | None = None  # its fabric attachment, when the backend makes it fabric-attached
 
 
 class DraSysfsSource(SysfsSource):
@@ -186,7 +196,7 @@ class DraSysfsSource(SysfsSource):
                         health=value("health", HW_HEALTHY), temperature_c=int(milli) / 1000 if milli else None,
                         node=node, host_path=str(self.root / "dev" / node) if node else "/dev/null",
                         layout=dra_partitions.read_layout(d, self.root / "dev"),
-                        sharing=dra_capacity.read_sharing(d))
+                        sharing=dra_capacity.read_sharing(d), fabric=dra_binding.read_fabric(d))
 
 
 def _notify(cond: threading.Condition) -> None:
@@ -312,6 +322,8 @@ class ReferenceDriver:
                 raise ValueError(f"socket path {path} is {len(str(path))} bytes, longer than the "
                                  f"{SOCKET_PATH_MAX} a unix socket address holds")
         self.source = DraSysfsSource(Path(args.sysfs_root))
+        # A device plugin's devices beside this driver: never published, never prepared (dra_beside.py).
+        self.excluded = dra_beside.parse(getattr(args, "exclude_devices", "") or "")
         self.threshold_c, self.hysteresis_c = args.temp_threshold_c, args.temp_hysteresis_c
         self.refresh_s: float = args.health_refresh_s
         self.declared_health_timeout_s = max(1, math.ceil(HEALTH_TIMEOUT_PERIODS * self.refresh_s))
@@ -334,7 +346,7 @@ class ReferenceDriver:
         self.streams = itertools.count()
         self.stopping = threading.Event()
         self.terminating = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r, self._wake_w = wakeup.self_pipe()
 
         # Under a rolling update (--pod-uid) two instances share --state-dir, and the kubelet may call either:
         # each call reads the checkpoint again under a file lock both take (kubeletplugin RollingUpdate: "load
@@ -440,7 +452,7 @@ class ReferenceDriver:
                         "uuid": d.uuid, "model": d.model, "vendor": d.vendor, "numa": d.numa,
                         "pci_address": d.pci_address, "memory_mib": d.memory_mib, "node": d.node,
                         "host_path": d.host_path, "health": health, "reason": reason, "layout": d.layout,
-                        "sharing": d.sharing})
+                        "sharing": d.sharing, "fabric": d.fabric})
         self._taint(out, seen)
         if self.has("no-hotplug"):
             if self.frozen is None:
@@ -496,7 +508,7 @@ class ReferenceDriver:
     def refresh(self) -> None:
         """Re-read the devices; tell the health streams and the slice publisher what changed."""
         try:
-            devices = self._effective(self.source.read_devices())
+            devices = self._effective(dra_beside.kept(self.source.read_devices(), self.excluded, self.defect))
         except (OSError, ValueError) as err:
             log.warning("devices unreadable, keeping the last list: %s", err)
             return
@@ -510,6 +522,10 @@ class ReferenceDriver:
         log.info("devices: %s", ", ".join(f"{d['name']}={d['health']}" for d in devices) or "none")
         if slices_changed and self.publisher is not None:
             self.publisher.update(devices)
+
+    def _devices_now(self) -> list[dict[str, Any]]:
+        with self.changed:
+            return list(self.devices)
 
     def device(self, name: str) -> dict[str, Any] | None:
         with self.changed:
@@ -607,9 +623,12 @@ class ReferenceDriver:
             fetched = self._fetch_claim(namespace, uid, name)
         if isinstance(fetched, str):
             return {"devices": [], "error": fetched}
+        refused = dra_extended.refusal(fetched, self.defect)
+        if refused is not None:
+            return {"devices": [], "error": refused}
         allocation = fetched["status"]["allocation"]
         ours = [r for r in (allocation.get("devices") or {}).get("results") or [] if r.get("driver") == self.driver]
-        in_use = {d["device"]: other for other, rec in self.prepared.items() for d in rec["devices"]}
+        in_use = dra_admin.in_use(self.prepared, self.defect)  # admin-access claims hold no device
         devices: list[dict[str, Any]] = []
         cdi_devices: dict[str, dict[str, Any]] = {}
         for r in ours:
@@ -627,15 +646,18 @@ class ReferenceDriver:
                                           "cdi_spec": first["cdi_spec"], "spec": first["spec"]}
                     self.mine.add(uid)
                     return {"devices": first["devices"], "error": ""}
-                over = dra_capacity.over_capacity(device, r, self.prepared)
+                # Admin access consumes no share of the capacity, and is never refused for it.
+                over = None if dra_admin.granted(r) else dra_capacity.over_capacity(device, r,
+                                                                                     dra_admin.ordinary(self.prepared))
                 if over is not None:
                     return {"devices": [], "error": f"claim {namespace}/{name}: {over}"}
-            elif device_name in in_use:
+            elif device_name in in_use and not dra_admin.exempt(r, self.defect):
                 # The last line of defense the helper asks drivers to be (draplugin.go PrepareResourceClaims).
                 return {"devices": [], "error": f"claim {namespace}/{name}: device {device_name} is already "
                                                 f"prepared for claim {in_use[device_name]}"}
             with self.changed:
-                shared = dra_partitions.clash(self.devices, device_name, in_use)
+                shared = None if dra_admin.exempt(r, self.defect) else dra_partitions.clash(self.devices, device_name,
+                                                                                            in_use)
             if shared is not None:
                 return {"devices": [], "error": f"claim {namespace}/{name}: device {device_name} shares memory "
                                                 f"slices with device {shared[0]}, prepared for claim {shared[1]}"}
@@ -646,17 +668,20 @@ class ReferenceDriver:
                 "host": device["host_path"],
                 "env": {f"FAKELET_DEVICE_{device['index']}": device_name,
                         f"FAKELET_DEVICE_{device['index']}_UUID": device["uuid"],
-                        **(dra_capacity.share_env(device, r, self.defect) if share_id else {})},
+                        **(dra_capacity.share_env(device, r, self.defect) if share_id else {}), **dra_admin.env(r)},
             })
             cdi_id = cdi_name if self.has("wrong-cdi-id") else cdi.qualified_id(self.driver, CDI_CLASS, cdi_name)
             # Subrequest names are stripped, as the helper does (draplugin.go stripSubrequestNames).
-            entry: dict[str, Any] = {"requests": [str(r.get("request", "")).split("/")[0]], "pool": pool,
+            entry: dict[str, Any] = {"requests": [dra_extended.request_name(fetched, r, self.defect)], "pool": pool,
                                      "device": device_name, "cdi_ids": [cdi_id]}
             if share_id:
                 entry.update(share_id=str(share_id), consumed=dict(r.get("consumedCapacity") or {}))
+            entry.update(dra_admin.entry_fields(r))
             devices.append(entry)
         spec_file = cdi.spec_path(self.cdi_dir, self.driver, CDI_CLASS, uid)
-        spec = cdi.build_spec(self.driver, CDI_CLASS, uid, list(cdi_devices.values()))
+        # cdi-kind-mismatch: the spec's kind names another class than the IDs handed back (a runtime resolves none)
+        spec_class = "device" if self.has("cdi-kind-mismatch") else CDI_CLASS
+        spec = cdi.build_spec(self.driver, spec_class, uid, list(cdi_devices.values()))
         cdi.write_spec(spec_file, spec)
         self.prepared[uid] = {"namespace": namespace, "name": name, "devices": devices,
                               "cdi_spec": str(spec_file), "spec": spec}
@@ -672,6 +697,10 @@ class ReferenceDriver:
                     # The bug: the device is torn down, and with it every share of it other claims still hold.
                     for other in dra_capacity.sharing_claims(self.prepared, uid):
                         cdi.remove_spec(Path(self.prepared.pop(other)["cdi_spec"]))
+                if self.has("admin-unprepare-resets"):
+                    # The bug: releasing the device resets it, wiping every other claim's CDI spec on it.
+                    for other in dra_admin.reset_claims(self.prepared, uid):
+                        cdi.remove_spec(Path(self.prepared[other]["cdi_spec"]))
                 record = self.prepared.pop(uid, None)
                 try:
                     if record is not None and self.has("refuses-old-claims") and uid not in self.mine:
@@ -807,15 +836,22 @@ class ReferenceDriver:
             self.publisher = SlicePublisher(self.client, self.driver, self.node,
                                             duplicate_first=self.has("bad-slice"),
                                             empty=self.has("empty-slice"),
-                                            layout=lambda devices: dra_capacity.pool_slices(
-                                                devices, self.defect, dra_partitions.pool_slices(devices, self.defect))
+                                            layout=lambda devices: dra_binding.pool_slices(
+                                                devices, dra_capacity.pool_slices(
+                                                    devices, self.defect, dra_partitions.pool_slices(devices,
+                                                                                                     self.defect)))
                                             ).start()
             self.publisher.update(self.devices)
+            if dra_binding.has_fabric(self.devices):  # attaches devices and writes their status on claims
+                dra_binding.ClaimWatcher(self.client, self.api_error, self.driver, self.pool, self._devices_now,
+                                         self.defect, self.stopping).start()
         # Serve first: the kubelet dials the endpoint as soon as it sees the registration socket.
         self.serve_dra()
         self.serve_registrar()
         while not self.terminating.is_set():
             ready, _, _ = select.select([watcher.fileno(), self._wake_r], [], [])
+            if self._wake_r in ready:
+                wakeup.drain(self._wake_r)
             if watcher.fileno() not in ready:
                 continue
             devices_changed = False
@@ -843,10 +879,15 @@ class ReferenceDriver:
             self.serve_dra()
         self.serve_registrar()
 
+    @property
+    def wake_fd(self) -> int:
+        """The loop's self-pipe, for signal.set_wakeup_fd (harness/reference/wakeup.py)."""
+        return self._wake_w
+
     def request_stop(self) -> None:
         """From the SIGTERM handler: only set a flag and wake the loop (see device_plugin.py)."""
         self.terminating.set()
-        os.write(self._wake_w, b"x")
+        wakeup.wake(self._wake_w)
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -893,6 +934,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temp-warning-c", type=float, default=None,
                         help="warm: a NoSchedule taint above this (default threshold minus 10)")
     parser.add_argument("--defect", choices=sorted(DRA_DEFECTS), help="run as a mutant with this bug")
+    parser.add_argument("--exclude-devices", default="", metavar="ID,ID",
+                        help="devices a device plugin beside the driver serves (by the backend's IDs): never "
+                             "published or prepared")
     parser.add_argument("--pod-uid", default="", type=_uid,
                         help="this instance's pod UID, for a DaemonSet rolling update (kubeletplugin RollingUpdate): "
                              "its sockets are <driver>-<uid>-reg.sock and dra-<uid>.sock, not the shared names")
@@ -917,6 +961,7 @@ def main(argv: list[str] | None = None) -> int:
         driver.request_stop()
 
     signal.signal(signal.SIGTERM, on_term)
+    wakeup.wake_on_signals(driver.wake_fd)
     try:
         driver.run()
         log.info("terminating")

@@ -31,11 +31,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from fake_devices.cli import main as devices_main
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
-from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.instruments.userinput import check_number, escape_controls, oneline
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, FLOOR, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
@@ -44,28 +42,26 @@ from harness.launch.owners import PREFIX as OWNED_PREFIX
 from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real import runtime as node_runtime
-from harness.node.real.localnode import find_kubelet
-from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import certify, explorecli, fidelity, matrix, provenance, scenariocli, scheduler, shards
+from harness.run import certify, explorecli, fidelity, matrix, scheduler, shards
 from harness.run import doctor as doctorcli
 from harness.run import prebuild as prebuildcli
-from harness.run.session import Session
-from harness.run.sessioncli import main as session_main
 from harness.run.stopping import StopSignals
 from harness.run.version import VersionAction
-from harness.scenarios import library
-from harness.scenarios.check import DEFAULT_SUBJECT, ScenarioProblems, check_file, inventory_ids, world_problems
-from harness.scenarios.repro import write_repros
-from harness.scenarios.runner import describe as describe_scenario
-from harness.scenarios.runner import run_scenario
-from harness.scenarios.schema import Scenario
 from harness.spec.checks import NAMED_SUITES, SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
-from harness.world.env import SubjectUnavailable
 from reports.model import EXIT_CODES, NOT_CONFORMANT, SubjectReport, run_status
 from reports.stepsummary import append_step_summary
 from reports.writers import write_all, write_index
+
+# What only some commands use is imported in the function that uses it: harness.controlplane (lightkube),
+# harness.node.real.localnode and the sessions (grpc, the kubelets), the scenarios and provenance took seconds
+# to import, and every command (its --help, a typo's error, a bad flag value) paid for them before it could say
+# a word (tests/test_cli_startup.py holds them out).
+if TYPE_CHECKING:
+    from harness.controlplane import ControlPlane
+    from harness.run.session import Session
+    from harness.scenarios.schema import Scenario
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
 
@@ -472,6 +468,11 @@ def prebuild(run: RunConfig) -> None:
     """Build what the checks will build, here: a first run's minutes of progress reach the terminal from one
     process, instead of every check process building or waiting at once. A failed build is the checks' to
     report (they skip with its reason)."""
+    from harness.controlplane import ControlPlaneUnavailable
+    from harness.node.real.localnode import find_kubelet
+    from harness.node.real.localnode import unavailable as realnode_unavailable
+    from harness.world.env import SubjectUnavailable
+
     with contextlib.suppress(SubjectUnavailable):
         run.resolve_binary()
     # DP and DRA checks alike run on the real kubelet (through the relays): build it once, here.
@@ -581,6 +582,9 @@ def print_report(report: SubjectReport) -> None:
 
 def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     """Start one local API server for every DRA or real-kubelet run, instead of one per check process."""
+    from harness.controlplane import ControlPlaneUnavailable, open_control_plane
+    from harness.run import provenance
+
     if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
         return None
     try:
@@ -711,6 +715,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
                  stage: Path) -> tuple[list[SubjectReport], bool]:
     """Each subject's report, in order, and whether a stop signal cut the run short (at any moment)."""
+    from harness.run import scenariocli
+    from harness.scenarios.repro import write_repros
+
     reports: list[SubjectReport] = []
     plane = None
     try:
@@ -799,6 +806,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         check_number("--for", args.duration, 0, MAX_SESSION_S, low_open=True)
     out = check_out(args.out) if args.out is not None else None
     run = up_config(args)
+    from harness.run.session import Session  # grpc and the kubelets: once the flags are known good
+
     reap_dead_runs()
     if out is not None:
         fresh_out(out)
@@ -839,6 +848,12 @@ FAKE_RELEASE_FACT = "fake kubelet release"  # the report's fact: the fake's mode
 
 
 def cmd_scenario(args: argparse.Namespace) -> int:
+    if args.scenario_command == "run":
+        return cmd_scenario_run(args)  # its bad flags are said before the runner is imported
+    from harness.run import scenariocli
+    from harness.scenarios import library
+    from harness.scenarios.runner import describe as describe_scenario
+
     if args.scenario_command == "list":
         for scenario in library.all_scenarios():
             print(scenario.summary())
@@ -848,14 +863,15 @@ def cmd_scenario(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.scenario_command == "vocabulary":
         return scenariocli.cmd_vocabulary(args)
-    if args.scenario_command == "check":
-        return scenariocli.cmd_check(args)
-    return cmd_scenario_run(args)
+    return scenariocli.cmd_check(args)  # "check"
 
 
 def scenario_of(args: argparse.Namespace) -> Scenario:
     """The scenario, checked as `fakelet scenario check` checks it: every problem is an error before anything
     starts (one `fakelet: error:` line each)."""
+    from harness.scenarios import library
+    from harness.scenarios.check import ScenarioProblems, check_file
+
     if (args.name is None) == (args.file is None):
         raise UsageError("give a scenario NAME (fakelet scenario list) or --file PATH, one of them")
     if args.name:
@@ -875,6 +891,8 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
     check_one_subject(args)
     scenario = scenario_of(args)
     out = check_out(args.out)
+    from harness.run import scenariocli  # the real node's probes (grpc): once the scenario is known good
+
     if args.case is not None:
         scenariocli.check_case_flags(args)
         scenariocli.select_cases(scenario, args.case, args.node)  # a bad --case before the old report goes
@@ -887,6 +905,10 @@ def cmd_scenario_run(args: argparse.Namespace) -> int:
 
 def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> SubjectReport:
     """One run of `scenario` as the flags say (--repeat times), its report written to `out` and printed."""
+    from harness.run import provenance, scenariocli
+    from harness.scenarios.check import DEFAULT_SUBJECT, ScenarioProblems, inventory_ids, world_problems
+    from harness.scenarios.runner import run_scenario
+
     args.node = args.node or "fake"
     if args.seed is None:
         args.seed = scenario.seed
@@ -949,6 +971,8 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     if args.subject and args.targets:
         raise UsageError("give either --subject or --targets, not both")
     fidelity.check_release(args.kubelet_version)  # before the report directory is made
+    from harness.node.real.localnode import unavailable as realnode_unavailable  # grpc: past the flags' checks
+
     why = realnode_unavailable()
     if why:
         raise UsageError(f"fidelity needs a real kubelet, and this machine cannot run one: {why}")
@@ -1086,9 +1110,13 @@ _stop = StopSignals()  # main() installs a fresh one per call
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["devices"]:
+        from fake_devices.cli import main as devices_main
+
         # Its own parser: options after `devices` belong to it, not to ours.
         return devices_main(argv[1:])
     if argv[:1] in (["taint"], ["pods"]):
+        from harness.run.sessioncli import main as session_main
+
         return session_main(argv[0], argv[1:])
     if argv[:1] == ["scenario"] and len(argv) > 1 and argv[1] not in SCENARIO_COMMANDS:
         argv = ["scenario", "run", *argv[1:]]  # `fakelet scenario NAME ...` is `fakelet scenario run NAME ...`

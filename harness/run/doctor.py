@@ -26,22 +26,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.controlplane.base import ControlPlaneUnavailable
-from harness.controlplane.local import find_etcd
 from harness.instruments import inotify_budget
 from harness.instruments.doctor import DOCTOR_HINT
 from harness.instruments.progress import elapsed_text, home_relative
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION
 from harness.launch import cgroups, gobuild
 from harness.launch.containers import engine
-from harness.node.kind.cluster import DEFAULT_NODE_IMAGE
-from harness.node.real import image, localnode, releases
+from harness.node.real import image, releases
 from harness.node.real import runtime as node_runtime
 from harness.run import prebuild
 from harness.run.prebuild import Binary
 from harness.run.version import version_line
 from harness.spec import bundled
-from harness.world.draenv import ETCD_INSTALL
+
+# harness.controlplane, harness.node.kind.cluster, harness.node.real.localnode and harness.world.draenv are
+# imported by the probes and tiers that use them: this module's parser is part of every fakelet command's, and
+# they (lightkube, grpc, pytest-kind, the Docker client) took a second to import.
 
 OK, MISSING, LIMITED, UNKNOWN = "ok", "missing", "limited", "unknown"
 EXIT_OK, EXIT_CANNOT = 0, 1
@@ -216,6 +216,9 @@ def probe_proxy(go: Path) -> tuple[str, str | None, str]:
 
 
 def probe_etcd() -> tuple[Path | None, str]:
+    from harness.controlplane.base import ControlPlaneUnavailable
+    from harness.controlplane.local import find_etcd
+
     try:
         etcd = find_etcd()
     except ControlPlaneUnavailable as err:
@@ -227,6 +230,8 @@ def probe_etcd() -> tuple[Path | None, str]:
 
 def probe_node_image() -> bool | None:
     """Whether the engine holds kind's default node image (never pulled here); None when it cannot say."""
+    from harness.node.kind.cluster import DEFAULT_NODE_IMAGE
+
     try:
         from docker.errors import DockerException, ImageNotFound
 
@@ -250,6 +255,8 @@ def compiler() -> str | None:
 
 
 def probe(offline: bool) -> Machine:
+    from harness.node.real import localnode
+
     m = Machine(offline=offline, root=os.geteuid() == 0)
     try:
         m.files = bundled.files_root()
@@ -403,6 +410,8 @@ def gcc_tier(m: Machine) -> Tier:
 
 
 def etcd_tier(m: Machine) -> Tier:
+    from harness.world.draenv import ETCD_INSTALL
+
     if m.etcd is not None:
         return Tier("etcd", OK, m.etcd_text)
     return Tier("etcd", MISSING, f"{m.etcd_text}: no local API server, so no DRA checks", ETCD_INSTALL)
@@ -478,6 +487,8 @@ def release_tier(m: Machine, release: str) -> Tier:
 
 
 def kind_tier(m: Machine) -> Tier:
+    from harness.node.kind.cluster import DEFAULT_NODE_IMAGE
+
     group = m.binaries["kind"]
     image_text = {True: f"node image {DEFAULT_NODE_IMAGE} present",
                   False: f"node image {DEFAULT_NODE_IMAGE} pulled on first use",

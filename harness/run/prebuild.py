@@ -29,20 +29,15 @@ from typing import Any
 
 import yaml
 
-from harness.controlplane.local import (
-    KUBE_APISERVER_PACKAGE,
-    KUBE_CONTROLLER_MANAGER_PACKAGE,
-    KUBE_SCHEDULER_PACKAGE,
-    _from_path_or_assets,
-    _kube_module,
-)
 from harness.instruments.progress import elapsed_text, home_relative
 from harness.kubelet.versions import for_release
 from harness.launch import gobuild
-from harness.node.kind.cluster import KIND_MODULE, KIND_PACKAGE, KUBECTL_PACKAGE
 from harness.node.real import releases, runtime
 from harness.spec import bundled
 from harness.spec.subjects import SubjectSpec, load_subject, load_subject_file, profile_paths, resolve_build
+
+# harness.controlplane.local and harness.node.kind.cluster are imported where a plan needs them: with them
+# (lightkube, pytest-kind, the Docker client) every fakelet command's parser, which holds this one's, took a second.
 
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -96,6 +91,14 @@ def _which(name: str) -> Path | None:
 
 def control_plane() -> list[Binary]:
     """The local API server's binaries, always of the default module (harness/controlplane/local.py)."""
+    from harness.controlplane.local import (
+        KUBE_APISERVER_PACKAGE,
+        KUBE_CONTROLLER_MANAGER_PACKAGE,
+        KUBE_SCHEDULER_PACKAGE,
+        _from_path_or_assets,
+        _kube_module,
+    )
+
     module = _kube_module()
     return [Binary("kube-apiserver", KUBE_APISERVER_PACKAGE, module, lookup=_from_path_or_assets,
                    why="for the local API server"),
@@ -110,6 +113,8 @@ def kubelet(release: str | None) -> Binary:
 
     ValueError for a release that is not one, or that the proxy does not serve; a proxy out of reach leaves the
     release unresolved, for its build to fail with the proxy's reason."""
+    from harness.controlplane.local import _kube_module
+
     if release is None:
         return Binary("kubelet", releases.KUBELET_PACKAGE, _kube_module(), why="for the real node")
     name = for_release(release).name  # ValueError: not a release, or older than the floor
@@ -135,6 +140,9 @@ def node_runtime() -> list[Binary]:
 
 def kind_tier() -> list[Binary]:
     """kind and kubectl, as harness/node/kind/cluster.py finds or builds them."""
+    from harness.controlplane.local import _kube_module
+    from harness.node.kind.cluster import KIND_MODULE, KIND_PACKAGE, KUBECTL_PACKAGE
+
     return [Binary("kind", KIND_PACKAGE, bundled.go_module(KIND_MODULE), lookup=_which, why="for the kind tier"),
             Binary("kubectl", KUBECTL_PACKAGE, _kube_module(), lookup=_which, why="for the kind tier")]
 

@@ -341,7 +341,8 @@ class Collector:
             env = DRAEnv(self.run.spec, self.run.profile, self.run.defect, self.run.seed, binary, artifacts,
                          kubelet_version=self.run.kubelet_version, control_plane=plane, control_plane_error=why,
                          real_node=real_node, partitioned=bool(mark is not None and mark.kwargs.get("partitioned")),
-                         shared=bool(mark is not None and mark.kwargs.get("shared")))
+                         shared=bool(mark is not None and mark.kwargs.get("shared")),
+                         fabric=bool(mark is not None and mark.kwargs.get("fabric")))
         except SubjectUnavailable as err:
             pytest.skip(str(err))
         try:

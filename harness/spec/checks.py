@@ -12,7 +12,8 @@ import pkgutil
 import sys
 from typing import Any
 
-import pytest
+# pytest is imported where a check is marked or skipped, not here: the CLI reads SUITES for every command
+# (its --help, a typo's error) and pytest costs about half a second to import (tests/test_cli_startup.py).
 
 MUST = "MUST"
 SHOULD = "SHOULD"
@@ -42,6 +43,9 @@ PARTITIONED: set[str] = set()
 # Checks that need a shareable device (the DRA-CAP area, KEP-5075): the same, with draenv.py SHARED_INVENTORY
 # when the subject's inventory has no device with `sharing`.
 SHARED: set[str] = set()
+# Checks that need a fabric-attached device (the DRA-BND area, KEP-5007): the same, with draenv.py FABRIC_INVENTORY
+# when the subject's inventory has no device with `fabric`.
+FABRIC: set[str] = set()
 
 
 # Of those, the ones that run on a kind cluster (`fakelet run --cluster kind`): they need nothing of this
@@ -66,11 +70,12 @@ def all_packages() -> list[str]:
 
 
 def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, kind: bool = False,
-          cluster_objects: bool = False, partitioned: bool = False, shared: bool = False) -> Any:
+          cluster_objects: bool = False, partitioned: bool = False, shared: bool = False,
+          fabric: bool = False) -> Any:
     """`cluster_objects`: the check writes objects that select devices across nodes (DeviceTaintRules), so on a
     local API server it gets one of its own instead of the run's shared one (see CLUSTER_OBJECTS).
     `partitioned`: the check needs partitioned GPUs in the fake hardware (see PARTITIONED); `shared`, a shareable
-    device (see SHARED)."""
+    device (see SHARED); `fabric`, a fabric-attached device (see FABRIC)."""
     if level not in (MUST, SHOULD):
         raise ValueError(f"{check_id}: level must be MUST or SHOULD")
     if check_id in CATALOG:
@@ -85,8 +90,13 @@ def check(check_id: str, level: str, title: str, *, real_kubelet: bool = False, 
         PARTITIONED.add(check_id)
     if shared:
         SHARED.add(check_id)
+    if fabric:
+        FABRIC.add(check_id)
+    import pytest
+
     return pytest.mark.fakelet_check(id=check_id, level=level, title=title, real_kubelet=real_kubelet, kind=kind,
-                                     cluster_objects=cluster_objects, partitioned=partitioned, shared=shared)
+                                     cluster_objects=cluster_objects, partitioned=partitioned, shared=shared,
+                                     fabric=fabric)
 
 
 def catalog(suite_package: str) -> dict[str, tuple[str, str]]:
@@ -129,11 +139,15 @@ def expect(condition: object, expected: str, seen: str) -> None:
 
 def not_applicable(reason: str) -> None:
     """Skip a check for an optional API feature the plugin does not advertise (n/a)."""
+    import pytest
+
     pytest.skip(NOT_APPLICABLE + reason)
 
 
 def not_exercised(reason: str) -> None:
     """End a check that found nothing to test: never a pass, and the reason says why."""
+    import pytest
+
     pytest.skip(NOT_EXERCISED + reason)
 
 
@@ -143,6 +157,8 @@ def with_install(reason: str, install: str) -> str:
 
 def unavailable(reason: str, install: str = "") -> None:
     """Skip a check this machine cannot run (a component is missing); `install` is the fix, if known."""
+    import pytest
+
     pytest.skip(with_install(reason, install))
 
 

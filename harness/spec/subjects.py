@@ -74,6 +74,10 @@ PLACEHOLDERS = {"device-plugin": DP_PLACEHOLDERS, "dra": DRA_PLACEHOLDERS}
 # A DRA driver's rolling update (`rolling_update:`) has one more: each instance's own pod UID, as a DaemonSet gives it
 # through the downward API (metadata.uid) and upstream's kubeletplugin.RollingUpdate(uid) takes it.
 POD_UID_PLACEHOLDER = "pod_uid"
+# A DRA driver beside a device plugin for the same hardware (`device_plugin_beside:`, DRA-EXT-02) has these: the
+# devices the device plugin serves, which the driver must leave alone, comma-separated, by the fake backend's device
+# IDs or by UUID (suites/dra/test_beside.py).
+BESIDE_PLACEHOLDERS = ("dp_devices", "dp_uuids")
 # The only placeholders that may render empty, and what that means (put on the timeline when it happens).
 EMPTY_OK = {"defect": "no --defect given", "kubeconfig": "no API server: the driver runs without one"}
 
@@ -174,6 +178,9 @@ class SubjectSpec:
     # A DRA driver's instance of a rolling update: {"args": [...], "env": {...}}, templates with {pod_uid};
     # None: it runs as one instance only (its sockets are not named per pod).
     rolling_update: dict[str, Any] | None = None
+    # How the driver is told the devices a device plugin beside it serves: {"args": [...], "env": {...}}, templates
+    # with {dp_devices} or {dp_uuids}; None: it cannot be told (DRA-EXT-02 does not apply).
+    device_plugin_beside: dict[str, Any] | None = None
     notes: str = ""
     field_lines: dict[str, int] = field(default_factory=dict)  # "command[0]" -> its line, for messages
 
@@ -458,6 +465,10 @@ SCHEMA: dict[str, Field] = {
     # added to its command and env, {pod_uid} the instance's own pod UID (suites/dra/test_upgrade.py).
     "rolling_update": Field((dict,), keys={"args": STRINGS,
                                            "env": Field((dict,), values=STR, key_check=_env_name)}),
+    # How the driver is told which devices a device plugin for the same hardware serves beside it: these args and
+    # env added to its command and env, {dp_devices} or {dp_uuids} those devices (suites/dra/test_beside.py).
+    "device_plugin_beside": Field((dict,), keys={"args": STRINGS,
+                                                 "env": Field((dict,), values=STR, key_check=_env_name)}),
     "requires": Field((dict,), keys={
         "python": Field((dict,), keys={"distribution": Field((str,), required=True),
                                        "import": Field((str,), required=True)}),
@@ -573,6 +584,13 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
     elif isinstance(rolling, dict) and "{" + POD_UID_PLACEHOLDER + "}" not in " ".join(
             [*rolling.get("args", []), *rolling.get("env", {}).values()]):
         errors.add("rolling_update", "must give each instance its pod UID: use {pod_uid} in args or env")
+    beside = doc.get("device_plugin_beside")
+    if beside is not None and kind != "dra":
+        errors.add("device_plugin_beside", "is for kind dra (a DRA driver told the devices a device plugin serves)")
+    elif isinstance(beside, dict) and not any("{" + p + "}" in " ".join(
+            [*beside.get("args", []), *beside.get("env", {}).values()]) for p in BESIDE_PLACEHOLDERS):
+        errors.add("device_plugin_beside", "must tell the driver the device plugin's devices: use {dp_devices} or "
+                                           "{dp_uuids} in args or env")
 
 
 def check_subject_doc(doc: YamlDoc, where: str) -> None:
@@ -705,11 +723,13 @@ def _spec(doc: dict[str, Any], where: str, lines: dict[str, int], base_dir: Path
         source=where, reference=doc.get("reference", False), needs_api=doc.get("needs_api", False),
         requires_python=dict(python) if python else None, notes=doc.get("notes", ""), field_lines=dict(lines),
         rolling_update=_rolling_update(doc.get("rolling_update")),
+        device_plugin_beside=_rolling_update(doc.get("device_plugin_beside")),
         **_devices(doc), **_backend(doc, base_dir, where, lines),
     )
 
 
 def _rolling_update(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An {"args", "env"} entry (rolling_update:, device_plugin_beside:), both keys present."""
     if doc is None:
         return None
     return {"args": list(doc.get("args") or []), "env": dict(doc.get("env") or {})}

@@ -47,6 +47,8 @@ ETCD_INSTALL = "apt-get install -y etcd-server"  # Debian's etcd (harness/contro
 PARTITIONED_INVENTORY = "inventories/gpus-partitioned.yaml"
 # The same for the checks that need a shareable device (harness/spec/checks.py SHARED).
 SHARED_INVENTORY = "inventories/gpus-shared.yaml"
+# The same for the checks that need a fabric-attached device (harness/spec/checks.py FABRIC).
+FABRIC_INVENTORY = "inventories/nics-fabric.yaml"
 REFERENCE_HEALTH_REFRESH_S = 1.0  # {health_refresh_s} for subjects that take it (the reference driver)
 SLICE_WATCH_S = 5.0  # one watch request's server-side timeout; the loop re-lists and re-watches
 DRA_KINDS = ("dra.registered", "dra.rejected", "dra.deregistered", "pluginwatcher.getinfo",
@@ -74,9 +76,10 @@ class DRAEnv(DPEnv):
                  binary: str | None = None, artifacts: Path | None = None, *,
                  kubelet_version: KubeletVersion | None = None, control_plane: ControlPlane | None = None,
                  control_plane_error: str = "no API server configured", real_node: NodeAccess | None = None,
-                 partitioned: bool = False, shared: bool = False) -> None:
+                 partitioned: bool = False, shared: bool = False, fabric: bool = False) -> None:
         """`partitioned`: the check needs partitioned GPUs: the fake backend starts with PARTITIONED_INVENTORY when
-        the subject's inventory has no partitions; `shared`, a shareable device: SHARED_INVENTORY when it has none."""
+        the subject's inventory has no partitions; `shared`, a shareable device: SHARED_INVENTORY when it has none;
+        `fabric`, a fabric-attached device: FABRIC_INVENTORY when it has none."""
         if spec.needs_api and control_plane is None:
             raise SubjectUnavailable(with_install(
                 f"subject {spec.name} cannot start without an API server: {control_plane_error}",
@@ -104,7 +107,8 @@ class DRAEnv(DPEnv):
         self.retired: list[Any] = []  # instances a rolling update replaced (harness/world/surge.py), stopped at close
         super().__init__(spec, profile, defect, seed, binary, artifacts, real_node=real_node,
                          partitioned_inventory=PARTITIONED_INVENTORY if partitioned else None,
-                         shared_inventory=SHARED_INVENTORY if shared else None)
+                         shared_inventory=SHARED_INVENTORY if shared else None,
+                         fabric_inventory=FABRIC_INVENTORY if fabric else None)
         self.driver = spec.driver or spec.resource
         self.allocator = Allocator(self.client, self.timeline) if self.client is not None else None
         runnable = self.node.runnable if isinstance(self.node, LocalNode) else None

@@ -88,7 +88,8 @@ class DPEnv:
     def __init__(self, spec: SubjectSpec, profile: Profile, defect: str | None = None, seed: int = 0,
                  binary: str | None = None, artifacts: Path | None = None, *, real_node: NodeAccess | None = None,
                  kind: KindAccess | None = None, kubelet_version: KubeletVersion | None = None,
-                 partitioned_inventory: str | None = None, shared_inventory: str | None = None) -> None:
+                 partitioned_inventory: str | None = None, shared_inventory: str | None = None,
+                 fabric_inventory: str | None = None) -> None:
         """`real_node` puts the checks on a real kubelet (harness/node/real) joined to that API server;
         `kind`, on a kind cluster's node, with the subject's image as a DaemonSet (harness/node/kind);
         `partitioned_inventory` (fixtures/-relative), the fake backend's inventory instead of the subject's when
@@ -100,6 +101,7 @@ class DPEnv:
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
         self.partitioned_inventory = partitioned_inventory
         self.shared_inventory = shared_inventory
+        self.fabric_inventory = fabric_inventory  # the same for a check that needs a fabric-attached device
         if kubelet_version is not None or not hasattr(self, "kubelet_version"):  # DRAEnv sets its own first
             self.kubelet_version = kubelet_version or default_kubelet_version()
         self.binary, self.artifacts = binary, artifacts
@@ -209,6 +211,11 @@ class DPEnv:
                 inventory = Inventory.from_dict(load_yaml(source).data, str(source))
                 self.note(f"fake hardware: {self.shared_inventory} (a shareable GPU), as the subject's "
                           f"{own.name} has no shareable device")
+            elif self.fabric_inventory and not any(d.fabric for d in inventory.devices):
+                own, source = source, fixtures_dir() / self.fabric_inventory
+                inventory = Inventory.from_dict(load_yaml(source).data, str(source))
+                self.note(f"fake hardware: {self.fabric_inventory} (fabric-attached NICs), as the subject's "
+                          f"{own.name} has no fabric-attached device")
         except ValueError as err:
             raise ProfileError(str(err)) from None
         shutil.copyfile(source, self.sandbox.path / "inventory.yaml")

@@ -36,6 +36,9 @@ NAMESPACE_PREFIX = "fakelet-kep5970-"
 # The busybox upstream's e2e tests run (kubernetes test/utils/image/manifest.go BusyBox).
 POD_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 PREPARE_FAILED = "FailedPrepareDynamicResources"  # kubelet pkg/kubelet/events/event.go
+# kubelet kuberuntime/kuberuntime_container.go ErrCreateContainer, ErrCreateContainerConfig and
+# container/sync_result.go ErrRunContainer: a container the runtime would not create or start
+RUNTIME_REFUSALS = ("CreateContainerError", "CreateContainerConfigError", "RunContainerError")
 UNPREPARE_FAILED = "FailedUnprepareDynamicResources"  # the reason KEP-5970's sixth behaviour names
 # What the kubelet says when a pod's claim names a driver it has not registered (pkg/kubelet/cm/dra
 # plugin/dra_plugin_manager.go GetPlugin; older releases: "not found in the list of registered DRA plugins").
@@ -257,10 +260,22 @@ class KepWorld:
                      {"devices": sorted((r["pool"], r["device"]) for r in mine)})
 
     @staticmethod
-    def _started(pod: dict[str, Any] | None) -> bool:
+    def _statuses(pod: dict[str, Any] | None) -> list[dict[str, Any]]:
         status = (pod or {}).get("status") or {}
-        return any("running" in (s.get("state") or {}) or "terminated" in (s.get("state") or {})
-                   for s in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []))
+        return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+    @classmethod
+    def _refused(cls, pod: dict[str, Any] | None) -> list[str]:
+        """What the runtime said when it refused to create a container of the pod (e.g. "CDI device injection
+        failed: unresolvable CDI devices ..."): the kubelet asks it only once the claims are prepared."""
+        return [f"{s.get('name')}: {w.get('reason')}: {w.get('message', '')}" for s in cls._statuses(pod)
+                if (w := (s.get("state") or {}).get("waiting") or {}).get("reason") in RUNTIME_REFUSALS]
+
+    @classmethod
+    def _started(cls, pod: dict[str, Any] | None) -> bool:
+        """A container of the pod started, or the runtime refused to create one: past the claims' preparation."""
+        return bool(cls._refused(pod)) or any("running" in (s.get("state") or {}) or "terminated" in
+                                              (s.get("state") or {}) for s in cls._statuses(pod))
 
     def _past_prepare(self, story: PodStory) -> Stage:
         """Past the kubelet's NodePrepareResources: a container of the pod started. A prepare failure counts once
@@ -280,6 +295,10 @@ class KepWorld:
         if started:
             if said:
                 story.notes.append(f"the kubelet failed the prepare {len(said)} time(s) before it passed: {said[-1]}")
+            refused = self._refused(self._pod(story.name))
+            if refused:
+                return Stage(True, f"the kubelet prepared its claim and asked the runtime for a container, which "
+                                   f"refused it ({refused[0]})", facts)
             return Stage(True, "a container of the pod started (the kubelet prepared its claim)", facts)
         pod = self._pod(story.name) or {}
         where = (pod.get("spec") or {}).get("nodeName") or "no node"
@@ -293,8 +312,10 @@ class KepWorld:
             return phase if phase in ("Running", "Failed", "Succeeded") else None
         phase = self.mirror.wait(state, self.profile.reaction_s)
         if phase != "Running":
+            refused = self._refused(self._pod(story.name))
             return Stage(False, f"expected pod {story.name} Running within {self.profile.reaction_s:g}s of its "
-                                f"preparation; its phase is {phase or 'still Pending'}")
+                                f"preparation; its phase is {phase or 'still Pending'}"
+                                + (f" (the runtime refused {refused[0]})" if refused else ""))
         return Stage(True, "Running")
 
     def injected_env(self, story: PodStory) -> Stage:

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from harness.spec.checks import MUST, check, expect
+from harness.world.cdispecs import defined_devices
 from harness.world.draenv import DRAEnv
 from suites.dra.common import device_set, prepared, published
 
@@ -24,7 +25,8 @@ CDI_QUALIFIED = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?/[A-Za-z0-
 REQUEST = "req-0"  # the one request the harness's claims make (harness/controlplane/allocator.py)
 
 
-@check("DRA-PRP-01", MUST, "prepare returns the allocated devices, by pool and name, with qualified CDI IDs")
+@check("DRA-PRP-01", MUST,
+       "prepare returns the allocated devices, by pool and name, with qualified CDI IDs its CDI specs define")
 def test_prepare_result(dra_env: DRAEnv) -> None:
     env = dra_env
     _, claim, result = prepared(env)
@@ -36,6 +38,14 @@ def test_prepare_result(dra_env: DRAEnv) -> None:
         expect(not bad, "fully qualified CDI IDs 'vendor/class=name'", str(bad))
         expect(REQUEST in device["requests"], f"request name {REQUEST!r} for {device['device']}",
                str(device["requests"]))
+    # What prepare returns goes to the runtime as is: containerd 2 and CRI-O fail the container ("CDI device
+    # injection failed: unresolvable CDI devices") when no spec in the node's CDI dirs defines an ID. The spec must
+    # be there when prepare answers: the kubelet hands the IDs on at once, and upstream's kubeletplugin helper
+    # writes before it answers.
+    defined = defined_devices(Path(env.sandbox.cdi_dir))
+    undefined = sorted({c for d in result["devices"] for c in d["cdi_ids"] if CDI_QUALIFIED.match(c)} - set(defined))
+    expect(not undefined, "every CDI ID defined by a spec file in the node's CDI dir (the device's kind and name)",
+           f"unresolvable: {undefined}; the specs there define {sorted(defined) or 'nothing'}")
 
 
 @check("DRA-PRP-02", MUST, "prepare is idempotent: a second identical call returns the same result")
