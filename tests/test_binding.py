@@ -6,9 +6,6 @@ end: the reference passes them, each binding mutant fails exactly the checks it 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,7 +34,6 @@ from suites.dra.test_binding import CHECKS, HwFabric, binding_devices, parameter
 
 DRIVER = SLICE_DRIVER
 BINDING_DEFECTS = ("never-binds", "hides-attach-failure", "wrong-network-data")
-RUN_TIMEOUT_S = 600
 
 
 def fabric() -> Inventory:
@@ -311,26 +307,3 @@ def test_the_api_server_refuses_binding_conditions_without_failure_conditions(sl
     assert parameter_errors(as_slices(parts))
     with pytest.raises(ApiError, match="bindingFailureConditions are required"):
         publish_slices(alloc, node, parts)
-
-
-# -- the checks end to end ---------------------------------------------------------------------------------------
-
-
-def fakelet_run(out: Path, *args: str) -> dict[str, Any]:
-    subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--subject", "reference-dra", "--out", str(out),
-                    *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    return dict(json.loads((out / "report.json").read_text()))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("defect", [None, *BINDING_DEFECTS])
-def test_the_checks_judge_the_reference_and_its_mutants(defect: str | None, tmp_path: Path) -> None:
-    spec = load_subject("reference-dra")
-    checks = list(CHECKS) if defect is None else list(spec.defects[defect].checks or [])
-    args = [a for c in checks for a in ("--check", c)]
-    if defect is not None:
-        args += ["--defect", defect, "--reaction-bound", "4"]
-    report = fakelet_run(tmp_path, *args)
-    verdicts = {c["id"]: c["verdict"] for c in report["checks"]}
-    killed = set() if defect is None else set(spec.defects[defect].kills)
-    assert verdicts == {c: "fail" if c in killed else "pass" for c in checks}, report["checks"]

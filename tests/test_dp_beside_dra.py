@@ -115,17 +115,7 @@ def fakelet_run(out: Path, *args: str) -> tuple[str, str]:
     return checks[0]["verdict"], checks[0]["detail"]
 
 
-def test_the_reference_driver_passes(tmp_path: Path, shared_kubeconfig: Path) -> None:
-    verdict, detail = fakelet_run(tmp_path, "--subject", "reference-dra",
-                                  "--control-plane", f"kubeconfig:{shared_kubeconfig}")
-    assert verdict == "pass", detail
-
-
-def test_the_mutant_that_ignores_the_device_plugin_fails(tmp_path: Path, shared_kubeconfig: Path) -> None:
-    verdict, detail = fakelet_run(tmp_path, "--subject", "reference-dra", "--defect", "ignores-device-plugin",
-                                  "--control-plane", f"kubeconfig:{shared_kubeconfig}")
-    assert verdict == "fail", detail
-    assert "publish none of the device plugin's devices" in detail, detail
+# The reference driver's pass and ignores-device-plugin's fail are the kill matrix's (tests/test_kill_matrix.py).
 
 
 def test_a_driver_that_cannot_be_told_is_not_applicable(tmp_path: Path, shared_kubeconfig: Path) -> None:
