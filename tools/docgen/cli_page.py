@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from docgen.markdown import cell, code, header, table
+from harness.run import scheduler
 
 # Help texts computed from the machine the parser is built on: rendered as the rule, not this machine's number.
-MACHINE_DEPENDENT = {"max_jobs": "4 per CPU"}
+MACHINE_DEPENDENT = {"max_jobs": f"{scheduler.JOBS_PER_CPU} per CPU"}
 
 
 @contextmanager
