@@ -64,6 +64,7 @@ class Plugin(dp_grpc.DevicePluginServicer):
         self.preferred_answer: list[str] | None = None
         self.preferred_error: tuple[grpc.StatusCode, str] | None = None
         self.hold_prestart = False
+        self.empty_allocate = False  # answer Allocate with no ContainerAllocateResponse
         self.calls: list[Call] = []
         self._lock = threading.Lock()
         self._streams: list[queue.SimpleQueue] = []
@@ -146,6 +147,8 @@ class Plugin(dp_grpc.DevicePluginServicer):
 
     def Allocate(self, request, context):  # noqa: N802
         self._log("Allocate", request, context)
+        if self.empty_allocate:
+            return dp.AllocateResponse()
         return dp.AllocateResponse(container_responses=[
             dp.ContainerAllocateResponse(envs={"DEVICES": ",".join(r.devices_ids)})
             for r in request.container_requests])
@@ -746,6 +749,18 @@ def test_preferred_allocation_error_fails_admission(timeline, make_node, make_pl
     assert str(info.value) == ("device plugin GetPreferredAllocation rpc failed with err: "
                                "rpc error: code = Internal desc = no preference")
     assert plugin.called("Allocate") == []
+
+
+def test_an_allocate_answer_without_container_responses_fails_admission(timeline, make_node, make_plugin):
+    """manager.go refuses it ("no containers return in allocation response"); the fake admitted the pod with no
+    devices, and DP-NODE-04 then erred on an IndexError instead of failing the plugin."""
+    node = make_node()
+    plugin = make_plugin()
+    register_and_list(node, timeline, plugin)
+    plugin.empty_allocate = True
+    with pytest.raises(AdmissionError, match=r"^no containers return in allocation response &AllocateResponse"):
+        node.admit_pod("pod-a", {RES: 1})
+    assert node.pod_devices("pod-a") == {}  # nothing recorded for the refused pod
 
 
 def test_served_options_decide_not_registered_ones(timeline, make_node, make_plugin):

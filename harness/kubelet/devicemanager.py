@@ -520,11 +520,15 @@ class DeviceManager:
             raise AdmissionError(f"allocate for {resource}: {err}") from None
         except grpc.RpcError as err:
             raise AdmissionError(f"allocate for {resource} failed: {status_of(err)}") from None
+        if not response.container_responses:
+            # manager.go allocateContainerResources: refused before the pod's devices are recorded. The answer
+            # shows as Go's %v of the generated message does.
+            raise AdmissionError("no containers return in allocation response "
+                                 "&AllocateResponse{ContainerResponses:[]*ContainerAllocateResponse{},}")
         with self._lock:
             self._entries.append(checkpoint.PodDeviceEntry(pod_uid, container, resource, tuple(chosen)))
         self._write_checkpoint()
-        result = ContainerAllocation(container, resource, chosen, to_dict(response.container_responses[0])
-                                     if response.container_responses else {})
+        result = ContainerAllocation(container, resource, chosen, to_dict(response.container_responses[0]))
         self.timeline.record("kubelet.admitted", "kubelet", instance=self.instance, pod=pod_uid,
                              container=container, resource=resource, devices=chosen)
         return result
