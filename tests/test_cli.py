@@ -106,6 +106,8 @@ REFERENCE_DRA_CMD = ("{python} -m harness.reference.dra_driver --driver-name {dr
     (["run", "--observes", "health,smell"], "--observes smell: choose from"),
     (["run", "--inventory", "no-such-inventory"], "--inventory: no inventory 'no-such-inventory'"),
     (["up", "--plugin-cmd", "", "--for", "1"], "--plugin-cmd is empty"),
+    (["run", "--subject", ""], "argument --subject: empty; name a subject"),
+    (["fidelity", "--subject", " "], "argument --subject: empty; name a subject"),
     (["up", "--subject", "reference-dp", "--resource", "example.com/x", "--for", "1"],
      "--resource applies to --plugin-cmd"),
 ])

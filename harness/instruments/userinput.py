@@ -148,3 +148,12 @@ def _range(low: float, high: float, integer: bool, low_open: bool) -> str:
 
 def _num(x: float) -> str:
     return str(x) if isinstance(x, int) else format(x, "g")
+
+
+def subject_name(value: str) -> str:
+    """argparse type of --subject: an empty name once ran the default subject as if none was given."""
+    if not value.strip():
+        import argparse  # only a command line gets here
+
+        raise argparse.ArgumentTypeError("empty; name a subject (fakelet subjects lists them)")
+    return value

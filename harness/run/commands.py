@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
-from harness.instruments.userinput import check_number, escape_controls, oneline
+from harness.instruments.userinput import check_number, escape_controls, oneline, subject_name
 from harness.kubelet.versions import DEFAULT_KUBELET_VERSION, FLOOR, KUBELET_VERSIONS
 from harness.launch.containers.engine import sweep as sweep_containers
 from harness.launch.owners import OWNER_FILE, owned_dir, remove_owned
@@ -81,10 +81,10 @@ class _OneLineParser(argparse.ArgumentParser):
 def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
     """Which plugin to run: a bundled subject, a subject file of the user's own, or a command line."""
     if many:
-        p.add_argument("--subject", action="append", default=[], metavar="NAME",
+        p.add_argument("--subject", action="append", default=[], metavar="NAME", type=subject_name,
                        help="subject profile to run (repeatable); default: every bundled reference subject")
     else:
-        p.add_argument("--subject", metavar="NAME", help="subject profile (default reference-dp)")
+        p.add_argument("--subject", metavar="NAME", type=subject_name, help="subject profile (default reference-dp)")
     p.add_argument("--subject-file", metavar="PATH",
                    help="a subject profile YAML of your own (the schema of fixtures/subjects/*.yaml)")
     p.add_argument("--defect", help="run the subject as a mutant with this named defect")
@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "kubernetes/enhancements#5970, judged through the Kubernetes API)")
     mtx = sub.add_parser("matrix", help="one table per subject: its checks down, kubelet release x node across "
                                         "(each cell a check run, as fidelity runs them); shardable")
-    mtx.add_argument("--subject", action="append", default=[], metavar="NAME", help="a subject (repeatable)")
+    mtx.add_argument("--subject", action="append", default=[], metavar="NAME", type=subject_name,
+                     help="a subject (repeatable)")
     mtx.add_argument("--kubelet-version", default=DEFAULT_KUBELET_VERSION, metavar="A,B,...",
                      help="kubelet releases: the fake node runs its model of each minor, the real node builds each "
                           f"from the Go module proxy (default {DEFAULT_KUBELET_VERSION})")
@@ -210,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     mrg.add_argument("-o", "--output", required=True, metavar="OUT", help="the merged report directory")
     fid = sub.add_parser("fidelity", help="run the checks that can run on a real kubelet on both kubelets "
                               "and write a verdict table (root, containerd)")
-    fid.add_argument("--subject", action="append", default=[], metavar="NAME",
+    fid.add_argument("--subject", action="append", default=[], metavar="NAME", type=subject_name,
                      help="a subject to compare (repeatable; default: the targets in fixtures/fidelity.yaml)")
     fid.add_argument("--defect", help="run the --subject(s) as this mutant")
     fid.add_argument("--targets", metavar="PATH",

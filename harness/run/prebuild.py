@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from harness.instruments.progress import elapsed_text, home_relative
+from harness.instruments.userinput import subject_name
 from harness.kubelet.versions import for_release
 from harness.launch import gobuild
 from harness.node.real import releases, runtime
@@ -200,7 +201,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="the real node's kubelet of this release (a minor: its newest patch; repeatable) and its "
                         "containerd 2, with the control plane's kube-apiserver, kube-controller-manager and "
                         "kube-scheduler")
-    p.add_argument("--subject", action="append", default=[], metavar="NAME",
+    p.add_argument("--subject", action="append", default=[], metavar="NAME", type=subject_name,
                    help="a bundled subject's binary (repeatable; fakelet subjects lists them)")
     p.add_argument("--subject-file", action="append", default=[], metavar="PATH",
                    help="the binary a subject file's build: makes (repeatable)")
