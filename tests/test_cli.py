@@ -367,11 +367,15 @@ def test_pytest_plugin_runs_dra_checks(tmp: Path, tmp_path: Path) -> None:
     ("/", "refusing to write a report into /"),
     ("~", "refusing to write a report into"),
     ("SOMEONES", "is not empty and holds no fakelet report"),
+    ("FILE/sub", "is a file, not a directory, so nothing can be made under it"),
 ])
 def test_out_that_would_clobber_is_refused(tmp: Path, tmp_path: Path, value: str, message: str) -> None:
     if value == "SOMEONES":
         (tmp_path / "thesis.tex").write_text("precious")
         value = str(tmp_path)
+    if value == "FILE/sub":  # once "File exists: FILE", from mkdir
+        (tmp_path / "thesis.tex").write_text("precious")
+        value = str(tmp_path / "thesis.tex" / "sub")
     proc = fakelet(tmp, "run", "--check", "DP-REG-02", "--out", value, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -627,6 +627,10 @@ def check_out(value: str) -> Path:
         raise UsageError(f"--out {value}: refusing to write a report into {resolved}")
     if resolved.exists() and not resolved.is_dir():
         raise UsageError(f"--out {value}: {resolved} exists and is not a directory")
+    blocker = next((p for p in resolved.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:  # mkdir would say only "File exists: <blocker>"
+        raise UsageError(f"--out {oneline(value)}: {blocker} is a file, not a directory, so nothing can be made "
+                         "under it")
     if resolved.is_dir() and any(resolved.iterdir()) and not is_report_dir(resolved):
         raise UsageError(f"--out {value}: {resolved} is not empty and holds no fakelet report; "
                          "name a new or empty directory")
