@@ -52,8 +52,11 @@ def wait_held(env: DPEnv, test: Test, since_ns: int, awaiting: str) -> Event:
     deadline = time.monotonic() + env.profile.reaction_s
     resource = env.spec.resource
     while True:
-        reached = env.node.wait_resource(resource, test, since_ns, max(deadline - time.monotonic(), 0.001),
-                                         awaiting)
+        try:
+            reached = env.node.wait_resource(resource, test, since_ns, max(deadline - time.monotonic(), 0.001),
+                                             awaiting)
+        except WaitTimeout as err:  # it names what was left of the bound after a broken hold; say the bound
+            raise WaitTimeout(err.awaiting, env.profile.reaction_s, err.seen, env.timeline.origin_ns) from None
         # The hold runs from the moment the state was reached, not from when it was seen.
         left = HOLD_S - (env.now() - reached.t_ns) / 1e9
         try:
