@@ -54,6 +54,11 @@ def test_devices_command_drives_a_live_session(tmp: Path) -> None:
         lines.wait("ListAndWatch gpu-0=Healthy, gpu-1=Healthy")
         bad = devices("--socket", sock, "fail", "gpu-9")
         assert bad.returncode == 2 and "unknown device 'gpu-9'" in bad.stderr
+        # A device-plugin session has no cluster controls: it says why ("unknown op 'taint_add'" before).
+        taint = subprocess.run([sys.executable, "-m", "harness.run.cli", "taint", "--socket", sock, "add", "gpu-0"],
+                               capture_output=True, text=True, timeout=30)
+        assert taint.returncode != 0 and "this session runs a device plugin" in taint.stderr, taint
+        assert "unknown op" not in taint.stderr, taint
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=30)
     finally:

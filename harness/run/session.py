@@ -15,7 +15,7 @@ from fake_devices.control import ControlServer
 from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.instruments.timeline import Event, describe
-from harness.run.sessionops import ClusterOps
+from harness.run.sessionops import ClusterOps, unavailable
 from harness.world.draenv import DRAEnv
 from harness.world.env import DPEnv
 
@@ -73,7 +73,7 @@ class Session:
             handlers = ClusterOps(self.env).handlers() if isinstance(self.env, DRAEnv) and self.env.client else {}
             if self.env.devices is not None or handlers:
                 self.control = ControlServer(self.env.devices, self.env.sandbox.path / "control.sock",
-                                             handlers).start()
+                                             handlers or unavailable(self.env)).start()
             threading.Thread(target=self._follow, daemon=True, name="follow").start()
             self.env.start()
         except BaseException:

@@ -18,7 +18,16 @@ from harness.world.draenv import DRAEnv
 
 MANUAL_KEY = "fakelet.example.com/manual"  # the taint key of rules made by hand
 MAX_PODS = 64  # one `pods create` call; more is a benchmark, not a session
+CLUSTER_OPS = ("taint_add", "taint_remove", "pods_create", "pods_list")  # the control socket's ops of this module
 MAX_TOLERATION_S = 3600  # as a scenario's taint-eviction story: longer is a soak, and unchecked it reaches the API
+
+
+def unavailable(env: object) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """What the cluster controls answer in a session that has none, so that `fakelet taint` or `fakelet pods` there
+    says why instead of "unknown op 'taint_add'"."""
+    why = ("this session has no API server (--control-plane none?)" if isinstance(env, DRAEnv) else
+           "taints and pods act on a DRA driver's devices through the API server; this session runs a device plugin")
+    return {op: (lambda _request: {"ok": False, "error": why}) for op in CLUSTER_OPS}
 
 
 class ClusterOps:
@@ -26,8 +35,9 @@ class ClusterOps:
         self.env = env
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        return {"taint_add": self._guard(self.taint_add), "taint_remove": self._guard(self.taint_remove),
-                "pods_create": self._guard(self.pods_create), "pods_list": self._guard(self.pods_list)}
+        ops = {"taint_add": self.taint_add, "taint_remove": self.taint_remove, "pods_create": self.pods_create,
+               "pods_list": self.pods_list}
+        return {name: self._guard(ops[name]) for name in CLUSTER_OPS}
 
     def _guard(self, op: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any]]:
         def answer(request: dict[str, Any]) -> dict[str, Any]:
