@@ -89,6 +89,7 @@ DP_BENIGN: dict[str, str] = {
     "slow-reregister": "re-registers a fixed 10 s after kubelet.sock reappears (as the upstream sample plugin)",
     "daemonize": "forks a detached daemon (setsid) that serves, and its main process exits 0",
     "daemon-exits-on-reject": "as daemonize, and the daemon exits 2 when the kubelet rejects its Register",
+    "slow-register-retry": "retries a rejected Register 30 s later (as a vendor's GPU plugin does)",
     "scratch-files": "writes a scratch file into the temp dir on every Allocate and never removes it",
 }
 

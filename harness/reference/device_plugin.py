@@ -64,6 +64,7 @@ REGISTER_BEFORE_SERVE_LAG_S = 0.3  # register-before-serve mutant serves this la
 CLOSE_STREAM_AFTER_S = 0.1  # close-stream mutant ends ListAndWatch this long after its first response
 SLOW_HEALTH_S = 40.0  # slow-health mutant reports every change this late (past the kubelet's 30 s bound)
 SLOW_REREGISTER_S = 10.0  # slow-reregister: the upstream sample-device-plugin waits this long after kubelet.sock
+SLOW_REGISTER_RETRY_S = 30.0  # slow-register-retry: a vendor's GPU plugin retried a rejected Register this late
 REPEAT_PERIOD_S = 0.1  # repeat-lists: the identical list again this often
 
 
@@ -649,6 +650,9 @@ class _RegisterLoop:
         elif self.p.has("give-up-on-reject"):
             log.warning("giving up on registration")
             self.pending = False
+        elif self.p.has("slow-register-retry"):
+            log.warning("registration failed; retrying in %gs", SLOW_REGISTER_RETRY_S)
+            self.next_try = time.monotonic() + SLOW_REGISTER_RETRY_S
         else:
             self.next_try = time.monotonic() + self.backoff
             self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)

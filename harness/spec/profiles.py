@@ -33,6 +33,12 @@ SIGTERM_EXIT_S = 10.0  # checks.md DP-ROB-01
 # Windows for checks that assert something does NOT happen (a registration storm, a closed
 # stream): fixed, since a shorter window would pass a plugin that misbehaves a little later.
 QUIET_WINDOW_S = 5.0
+# DP-REG-07: how long after a rejected Register a plugin may take to try again. The kubelet sets no bound on it; a
+# plugin that exits instead is started again by its DaemonSet after the kubelet's crash-loop backoff, which grows
+# from 10 s to 300 s (kubelet.go initialCrashLoopBackOff, MaxCrashLoopBackOff), to 60 s at most under KEP-4603's
+# ReduceDefaultCrashLoopBackOffDecay (kubelet.go reducedMaxCrashLoopBackOff). A retry within that comes no later
+# than a crashing plugin's return. Fixed, not a profile's: a vendor's 30 s retry passes under every profile.
+REGISTER_RETRY_S = 60.0
 # DP-RST-04: the kubelet stays away this much longer than T.
 OUTAGE_MARGIN_S = 5.0
 DRA_CALL_TIMEOUT_S = 45.0  # kubelet cm/dra/plugin dra_plugin.go defaultClientCallTimeout = 45 * time.Second

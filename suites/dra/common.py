@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import time
+from collections.abc import Callable
 from typing import Any
 
 from harness.instruments.timeline import Event
@@ -17,6 +19,31 @@ def is_socket(path: str) -> tuple[bool, str]:
         return stat.S_ISSOCK(os.stat(path).st_mode), "not a socket"
     except OSError as err:
         return False, err.strerror or str(err)
+
+
+def offered(env: DRAEnv, shows: Callable[[Event], bool], first: Event) -> Event:
+    """The driver's first slice set since `first` that `shows` a feature, else its settled slices.
+
+    A driver publishes what its hardware offers with its devices, not minutes after them: once its slices have
+    not changed for the quiet window (none of them showing the feature), they are its offer, and a check of a
+    feature it does not offer says so then, not after T (each of nine such checks on dra-example-driver waited
+    its 30 s out). Slices that keep changing are watched for T at most, as before.
+    """
+    deadline = time.monotonic() + env.profile.reaction_s
+
+    def slices(e: Event) -> bool:
+        return e.kind == "api.slices"
+    while True:
+        shown = env.timeline.find(lambda e: slices(e) and shows(e), first.t_ns)
+        if shown:
+            return shown[0]
+        last = env.timeline.find(slices)[-1]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return last
+        changed = env.timeline.wait_quiet(slices, min(env.profile.quiet_window_s, left), last.t_ns + 1)
+        if changed is None:
+            return last
 
 
 def registered(env: DRAEnv) -> Event:

@@ -31,7 +31,7 @@ from harness.instruments.timeline import Event, WaitTimeout
 from harness.spec.checks import MUST, SHOULD, check, expect, not_exercised
 from harness.world.claimwatch import ClaimWatch
 from harness.world.draenv import DRAEnv
-from suites.dra.common import registered
+from suites.dra.common import offered, registered
 from suites.dra.test_partitions import current_pools
 
 CHECKS = ("DRA-BND-01", "DRA-BND-02", "DRA-BND-03")
@@ -67,8 +67,7 @@ def published(env: DRAEnv) -> tuple[Event, list[tuple[str, dict[str, Any]]]]:
 
     def good(e: Event) -> bool:
         return e.kind == "api.slices" and bool(binding_devices(e.get("slices")))
-    event = env.timeline.wait_quiet(good, env.profile.reaction_s, first.t_ns) \
-        or env.timeline.find(lambda e: e.kind == "api.slices")[-1]
+    event = offered(env, good, first)
     devices = binding_devices(event.get("slices"))
     if not devices:
         not_exercised(NOTHING_BINDS)
@@ -275,8 +274,7 @@ def test_device_status_true(dra_env: DRAEnv) -> None:
     env.need_api()
     registered(env)
     first = env.wait_allocatable(1)
-    event = env.timeline.wait_quiet(lambda e: e.kind == "api.slices" and bool(binding_devices(e.get("slices"))),
-                                    env.profile.reaction_s, first.t_ns) or first
+    event = offered(env, lambda e: bool(binding_devices(e.get("slices"))), first)
     with_conditions = binding_devices(event.get("slices"))
     pools, _ = current_pools(event.get("slices"))
     every = sorted(d["name"] for current in pools.values() for s in current for d in s["spec"].get("devices") or [])

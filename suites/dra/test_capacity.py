@@ -33,7 +33,7 @@ from harness.instruments.timeline import Event, WaitTimeout
 from harness.spec.checks import MUST, check, expect, not_exercised
 from harness.world.cdispecs import edits_of
 from harness.world.draenv import DRAEnv
-from suites.dra.common import registered
+from suites.dra.common import offered, registered
 from suites.dra.test_partitions import current_pools
 
 CHECKS = ("DRA-CAP-01", "DRA-CAP-02", "DRA-CAP-03")
@@ -133,8 +133,7 @@ def published(env: DRAEnv) -> Event:
     def good(e: Event) -> bool:
         slices = e.get("slices")
         return e.kind == "api.slices" and bool(multi_devices(slices)) and not capacity_errors(slices)
-    event = env.timeline.wait_quiet(good, env.profile.reaction_s, first.t_ns) \
-        or env.timeline.find(lambda e: e.kind == "api.slices")[-1]
+    event = offered(env, good, first)
     if not uses_sharing(event.get("slices")):
         not_exercised(NOTHING_SHARED)
     return event

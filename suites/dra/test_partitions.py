@@ -25,7 +25,7 @@ from harness.instruments.timeline import Event, WaitTimeout
 from harness.spec.checks import MUST, check, expect, not_exercised
 from harness.world.cdispecs import edits_of
 from harness.world.draenv import DRAEnv
-from suites.dra.common import device_set, registered
+from suites.dra.common import device_set, offered, registered
 
 CHECKS = ("DRA-PRT-01", "DRA-PRT-02", "DRA-PRT-03")
 NOTHING_PARTITIONED = ("the driver publishes no CounterSet (sharedCounters) and no device that consumes counters: "
@@ -105,8 +105,7 @@ def published(env: DRAEnv) -> Event:
     def good(e: Event) -> bool:
         slices = e.get("slices")
         return e.kind == "api.slices" and uses_counters(slices) and not partition_errors(slices)
-    event = env.timeline.wait_quiet(good, env.profile.reaction_s, first.t_ns) \
-        or env.timeline.find(lambda e: e.kind == "api.slices")[-1]
+    event = offered(env, good, first)
     if not uses_counters(event.get("slices")):
         not_exercised(NOTHING_PARTITIONED)
     return event
