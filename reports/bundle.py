@@ -73,7 +73,7 @@ def catalog_sha(reports: list[SubjectReport]) -> str:
 
 def provenance_doc(reports: list[SubjectReport]) -> dict[str, Any]:
     return {"status": run_status(reports), "badge": badge_status(reports),
-            "subjects": [{"subject": r.subject, "defect": r.defect, "status": r.coverage_line(),
+            "subjects": [{"subject": r.subject, "defect": r.defect, "status": r.status_line(),
                           "provenance": r.provenance} for r in reports]}
 
 
@@ -262,9 +262,9 @@ def verify(bundle: Path, allowed: Path | None) -> list[str]:
     signature = check_signature(files, allowed)
     reports = reports_of(files, str(bundle))
     by = _shared_lines(reports)
-    status = reports[0].coverage_line() if len(reports) == 1 else run_status(reports)
+    status = reports[0].status_line() if len(reports) == 1 else run_status(reports)
     subjects = by.get("subject") or "subject: " + ", ".join(
-        f"{r.subject}{f' [defect {r.defect}]' if r.defect else ''} {r.status()}" for r in reports)
+        f"{r.subject}{f' [defect {r.defect}]' if r.defect else ''} {r.status_line()}" for r in reports)
     if len(reports) == 1 and reports[0].defect:
         subjects += f" [defect {reports[0].defect}]"
     made = by.get("produced by") or "produced by: fakelet " + reports[0].fakelet_version + " (no provenance recorded)"

@@ -7,7 +7,10 @@
   spreads (max - min), and a move is the difference of the medians beyond it. Otherwise the noise is
   unknown, and a move must exceed both UNKNOWN_NOISE_REL of the old time and UNKNOWN_NOISE_ABS_S: a
   shared CI runner's scheduling alone moves a reaction by tenths of a second, and a registration that
-  takes 0.3 s one run and 0.6 s the next is no news.
+  takes 0.3 s one run and 0.6 s the next is no news. Such a move is said as "noise unknown", with both
+  runs' load; where the loads differ greatly (LOAD_RATIO) it says the move may be the machine's.
+- Evidence: a check that fails (or errors) on NEW carries NEW's whole detail, bounded (EVIDENCE_LINES,
+  EVIDENCE_BYTES, and at most MAX_EVIDENCE checks a comparison), and its repro command.
 - Findings: those on NEW that OLD did not have (pids and paths aside).
 """
 
@@ -16,11 +19,23 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from reports.model import ERROR, FAIL, NOT_APPLICABLE, NOT_EXERCISED, PASS, SKIP, CheckResult, SubjectReport
+from reports.provenance import load_text, peak_load
 
 UNKNOWN_NOISE_REL = 0.5  # 50% of the old time ...
 UNKNOWN_NOISE_ABS_S = 0.5  # ... and half a second, both, when the runs give no spread of their own
+# Two runs' loads differ greatly when the higher peak is at least LOAD_RATIO times the lower and apart from it by
+# half the CPU count (at least LOAD_GAP_MIN): load 3 against 25 on 2 CPUs does, 0.5 against 1.2 does not.
+LOAD_RATIO = 2.0
+LOAD_GAP_MIN = 1.0
+# A failure's evidence as a reader gets it: enough for a timeline's "saw instead" list, short of a log dump.
+EVIDENCE_LINES = 40
+EVIDENCE_BYTES = 4096
+# Checks whose evidence a comparison carries: ten bounded details stay well inside a GitHub comment's limit of
+# 65536 characters; the rest are named, their evidence left to NEW's report.
+MAX_EVIDENCE = 10
 WORDS = {PASS: "pass", FAIL: "fail", NOT_EXERCISED: "not exercised", NOT_APPLICABLE: "n/a", SKIP: "skip",
          ERROR: "error", None: "not run"}
 
@@ -30,6 +45,8 @@ class Change:
     check: str
     kind: str  # regression, improvement, coverage, other, timing
     text: str
+    evidence: str = ""  # NEW's whole detail, when the check fails or errors there
+    repro: str = ""  # NEW's command that reruns the check, when it has one
 
 
 @dataclass
@@ -57,9 +74,11 @@ def verdict_change(check: str, old: CheckResult | None, new: CheckResult | None)
     if before == after:
         return None
     said = f"{WORDS[before]} -> {WORDS[after]}"
-    why = (new.detail.splitlines() or [""])[0][:160] if new and after in (FAIL, ERROR) else ""
+    failed = new is not None and after in (FAIL, ERROR)
+    why = (new.detail.splitlines() or [""])[0][:160] if failed and new else ""
+    proof = {"evidence": new.detail.strip("\n"), "repro": new.repro} if failed and new else {}
     if before == PASS and after == FAIL:
-        return Change(check, "regression", f"{said}: {why}" if why else said)
+        return Change(check, "regression", f"{said}: {why}" if why else said, **proof)
     if before == FAIL and after == PASS:
         return Change(check, "improvement", said)
     if NOT_EXERCISED in (before, after) or NOT_APPLICABLE in (before, after) or None in (before, after):
@@ -67,15 +86,59 @@ def verdict_change(check: str, old: CheckResult | None, new: CheckResult | None)
                                                                  else "coverage changed")
         if None in (before, after):
             what = "only in NEW" if before is None else "only in OLD"
-        return Change(check, "coverage", f"{said} ({what})" + (f": {why}" if why else ""))
-    return Change(check, "other", f"{said}" + (f": {why}" if why else ""))
+        return Change(check, "coverage", f"{said} ({what})" + (f": {why}" if why else ""), **proof)
+    return Change(check, "other", f"{said}" + (f": {why}" if why else ""), **proof)
+
+
+def bounded(detail: str) -> str:
+    """`detail` cut to EVIDENCE_LINES lines and EVIDENCE_BYTES bytes (UTF-8), saying how many lines were left
+    off."""
+    lines = detail.splitlines()
+    kept: list[str] = []
+    size = 0
+    for line in lines[:EVIDENCE_LINES]:
+        room = EVIDENCE_BYTES - size
+        if room <= 0:
+            break
+        piece = line.encode()[:room].decode(errors="ignore")
+        kept.append(piece)
+        size += len(piece.encode()) + 1
+        if len(piece) < len(line):
+            kept[-1] += " ..."
+            break
+    left = len(lines) - len(kept)
+    return "\n".join(kept) + (f"\n... {left} more line{'s' * (left > 1)} (the whole detail is in NEW's report.json)"
+                              if left else "")
+
+
+def host(r: SubjectReport | None) -> dict[str, Any]:
+    return dict(r.provenance.get("host") or {}) if r is not None else {}
+
+
+def loads_differ(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two runs' peak loads differ greatly (LOAD_RATIO): a reaction time's move may then be the machine's."""
+    a, b = peak_load(old), peak_load(new)
+    if a is None or b is None:
+        return False
+    lo, hi = sorted((a, b))
+    cpus = max(old.get("cpus") or 0, new.get("cpus") or 0)
+    return hi >= LOAD_RATIO * lo and hi - lo >= max(LOAD_GAP_MIN, cpus / 2)
+
+
+def loads_said(old: dict[str, Any], new: dict[str, Any]) -> str:
+    said = f"OLD {load_text(old)}, NEW {load_text(new)}"
+    if loads_differ(old, new):
+        said += ": the loads differ greatly, the move may be the machine's rather than the plugin's"
+    return said
 
 
 def _samples(c: CheckResult, what: str) -> list[float]:
     return list(c.samples.get(what) or [c.measured[what]])
 
 
-def timing_changes(check: str, old: CheckResult, new: CheckResult) -> list[Change]:
+def timing_changes(check: str, old: CheckResult, new: CheckResult, old_host: dict[str, Any] | None = None,
+                   new_host: dict[str, Any] | None = None) -> list[Change]:
+    """Reaction times moved beyond the noise, each with both runs' load (a busy runner slows every reaction)."""
     out = []
     for what in sorted(set(old.measured) & set(new.measured)):
         a, b = _samples(old, what), _samples(new, what)
@@ -92,7 +155,7 @@ def timing_changes(check: str, old: CheckResult, new: CheckResult) -> list[Chang
         if beyond:
             word = "slower" if moved > 0 else "faster"
             out.append(Change(check, "timing", f"{what}: {t0:.3g}s -> {t1:.3g}s ({word} by {abs(moved):.3g}s; "
-                                               f"{basis})"))
+                                               f"{basis}; {loads_said(old_host or {}, new_host or {})})"))
     return out
 
 
@@ -109,7 +172,7 @@ def diff_subject(old: SubjectReport | None, new: SubjectReport | None) -> Subjec
         if change is not None:
             d.changes.append(change)
         if check in before and check in after:
-            d.changes.extend(timing_changes(check, before[check], after[check]))
+            d.changes.extend(timing_changes(check, before[check], after[check], host(old), host(new)))
     known = {finding_kind(f) for f in (old.findings if old else [])}
     d.findings = [f for f in (new.findings if new else []) if finding_kind(f) not in known]
     return d
@@ -136,6 +199,12 @@ def _status(r: SubjectReport | None) -> str:
     return "not in this run" if r is None else r.coverage_line()
 
 
+def _status_and_load(r: SubjectReport | None, bold: str = "") -> str:
+    """The run's status, and the load it ran under: a reader weighs a slower reaction against it."""
+    said = f"{bold}{_status(r)}{bold}"
+    return said if r is None else f"{said} ({load_text(host(r))})"
+
+
 def headline(diffs: list[SubjectDiff]) -> str:
     bad = regressions(diffs)
     if bad:
@@ -143,36 +212,89 @@ def headline(diffs: list[SubjectDiff]) -> str:
     return "no regression"
 
 
+def with_evidence(diffs: list[SubjectDiff]) -> list[tuple[SubjectDiff, Change]]:
+    """The changes whose evidence is shown, regressions first, at most MAX_EVIDENCE."""
+    order = {kind: n for n, (kind, _) in enumerate(SECTIONS)}
+    found = [(d, c) for d in diffs for c in d.changes if c.evidence or c.repro]
+    return sorted(found, key=lambda dc: order[dc[1].kind])[:MAX_EVIDENCE]
+
+
+def _evidence_left(diffs: list[SubjectDiff]) -> list[str]:
+    shown = {id(c) for _, c in with_evidence(diffs)}
+    return [c.check for d in diffs for c in d.changes if (c.evidence or c.repro) and id(c) not in shown]
+
+
 def text(diffs: list[SubjectDiff], old_name: str, new_name: str) -> str:
     lines = [f"compare: OLD {old_name}  NEW {new_name}", headline(diffs)]
+    shown = {id(c) for _, c in with_evidence(diffs)}
     for d in diffs:
-        lines += ["", f"{d.name}: {_status(d.old)}  ->  {_status(d.new)}"]
+        lines += ["", f"{d.name}:", f"  OLD: {_status_and_load(d.old)}",
+                  f"  NEW: {_status_and_load(d.new)}"]
         for kind, title in SECTIONS:
             changes = d.of(kind)
             if changes:
                 lines.append(f"  {title}:")
-                lines += [f"    {c.check:10} {c.text}" for c in changes]
+                for c in changes:
+                    lines.append(f"    {c.check:10} {c.text}")
+                    if id(c) in shown:
+                        lines += _text_evidence(c)
         if d.findings:
             lines.append("  New findings:")
             lines += [f"    {f}" for f in d.findings]
         if not d.changes and not d.findings:
             lines.append("  no change in verdicts, reaction times beyond the noise, or findings")
+    left = _evidence_left(diffs)
+    if left:
+        lines += ["", f"evidence of {len(left)} more failing check(s) left to NEW's report: {', '.join(left)}"]
     return "\n".join(lines) + "\n"
+
+
+def _text_evidence(c: Change) -> list[str]:
+    out = []
+    if c.evidence:
+        out.append(f"{'':15}evidence (NEW):")
+        out += [f"{'':17}{line}" for line in bounded(c.evidence).splitlines()]
+    if c.repro:
+        out.append(f"{'':15}repro: {c.repro}")
+    return out
 
 
 def _cell(value: str) -> str:
     return value.replace("|", "\\|").replace("\n", " ")
 
 
+def fence(body: str, info: str = "") -> list[str]:
+    """`body` as a fenced code block whose fence no backtick run inside it can close."""
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    mark = "`" * max(3, longest + 1)
+    return [mark + info, *body.splitlines(), mark]
+
+
+def _html(value: str) -> str:
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _markdown_evidence(d: SubjectDiff, c: Change) -> list[str]:
+    """One check's evidence, collapsed under its first line: a comment with ten failures stays readable."""
+    first = (c.evidence.splitlines() or [c.text])[0][:160]
+    lines = [f"<details><summary><code>{_html(c.check)}</code> ({_html(d.name)}): {_html(first)}</summary>", ""]
+    if c.evidence:
+        lines += [*fence(bounded(c.evidence), "text"), ""]
+    if c.repro:
+        lines += ["Repro:", "", *fence(c.repro, "sh"), ""]
+    return [*lines, "</details>", ""]
+
+
 def markdown(diffs: list[SubjectDiff], old_name: str, new_name: str) -> str:
-    """For a pull-request comment: the verdict first, one table per kind of change."""
+    """For a pull-request comment: the verdict first, one table per kind of change, then the evidence of each
+    failing check (bounded) with its repro command."""
     bad = regressions(diffs)
     icon = ":x:" if bad else ":white_check_mark:"
     lines = [f"### fakelet compare: {icon} {headline(diffs)}", "",
              f"OLD `{_cell(old_name)}` vs NEW `{_cell(new_name)}`", ""]
     for d in diffs:
-        lines += [f"#### {_cell(d.name)}", "", f"- OLD: **{_cell(_status(d.old))}**",
-                  f"- NEW: **{_cell(_status(d.new))}**", ""]
+        lines += [f"#### {_cell(d.name)}", "", f"- OLD: {_cell(_status_and_load(d.old, '**'))}",
+                  f"- NEW: {_cell(_status_and_load(d.new, '**'))}", ""]
         for kind, title in SECTIONS:
             changes = d.of(kind)
             if changes:
@@ -183,6 +305,14 @@ def markdown(diffs: list[SubjectDiff], old_name: str, new_name: str) -> str:
             lines += ["**New findings**", ""] + [f"- {_cell(f)}" for f in d.findings] + [""]
         if not d.changes and not d.findings:
             lines += ["No change in verdicts, reaction times beyond the noise, or findings.", ""]
+    shown = with_evidence(diffs)
+    if shown:
+        lines += ["**Evidence (NEW)**", ""]
+        for d, c in shown:
+            lines += _markdown_evidence(d, c)
+    left = _evidence_left(diffs)
+    if left:
+        lines += [f"Evidence of {len(left)} more failing check(s) left to NEW's report: {', '.join(left)}", ""]
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.model import CheckResult, SubjectReport
+from reports.order import around_missing, reading_order
 from reports.provenance import lines as provenance_lines
 
 HEALTHY = "Healthy"
@@ -26,6 +27,7 @@ INJECTION_PREFIXES = ("fault.", "device.")
 # memory, also for a plugin listing 100,000 devices (each ListAndWatch event megabytes); the page says where the
 # whole timeline is.
 MAX_TIMELINE_BYTES = 4 * 1024 * 1024
+FACT_LINE_CHARS = 140  # a fact's folded line; its whole text is one click away
 MAX_DEVICE_LANES = 24  # a 100,000-device plugin gets a readable plot: the devices fakelet changed, then the first
 
 
@@ -624,14 +626,16 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .meta dt{color:#59636e}.meta dd{margin:0}
 .verdict{display:inline-block;padding:4px 12px;border-radius:6px;font-weight:700;color:#fff;letter-spacing:.03em}
 .verdict.yes{background:#1a7f37}.verdict.no{background:#cf222e}
-.counts{margin-left:12px;color:#59636e}
+.counts{margin-left:12px;color:#59636e}.cause{margin:6px 0;overflow-wrap:anywhere}
+ul.facts{padding-left:18px}ul.facts details{border:0;margin:0;background:none}
+ul.facts summary{padding:0;font-weight:400}ul.facts details ul{font-size:12px;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #d1d9e0;vertical-align:top}
 th{background:#f6f8fa;font-weight:600}td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 td.id{white-space:nowrap}td.detail{min-width:260px;overflow-wrap:anywhere}td.repro{width:22%}
 .badge{display:inline-block;min-width:40px;text-align:center;padding:1px 6px;border-radius:10px;
  font-size:11px;font-weight:700;color:#fff;text-transform:uppercase}
-.v-pass{background:#1a7f37}.v-fail{background:#cf222e}.v-skip{background:#818b98}.v-error{background:#9a6700}.v-not-exercised{background:#bf8700}.v-na{background:#818b98}
+.v-pass{background:#1a7f37}.v-fail{background:#cf222e}.v-skip{background:#818b98}.v-error{background:#9a6700}.v-not-exercised{background:#bf8700}.v-noresult{background:#9a6700}.v-na{background:#818b98}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
 td code{overflow-wrap:anywhere;color:#59636e}
 details{border:1px solid #d1d9e0;border-radius:6px;margin:8px 0;background:#fff}
@@ -718,17 +722,51 @@ def header(report: SubjectReport) -> str:
     meta = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
     counts = (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
               f"{s['skip']} skip, {s['error']} error of {s['total']}")
-    coverage = report.coverage_line().removeprefix(report.status())
-    facts = "".join(f"<li>{escape(k)}: {escape(fact_text(v))}</li>" for k, v in report.facts.items()
-                    if k != "scenario")
-    findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
-    findings += "".join(f"<li>cleaned up: {escape(c)}</li>" for c in report.cleanup)
-    more = (f"<h2>Facts</h2><ul class=\"facts\">{facts}</ul>" if facts else "") + \
-        (f"<h2>Findings</h2><ul class=\"findings\">{findings}</ul>" if findings else "")
+    cause = report.cause()
     return (f"<header><h1>fakelet conformance: {escape(report.subject)}</h1>"
             f'<p><span class="verdict {"yes" if ok else "no"}">{escape(report.status())}</span>'
-            f'<span class="counts">{escape(counts)}{escape(coverage)}</span></p>{scenario_block(report)}'
-            f'<dl class="meta">{meta}</dl>{more}</header>')
+            f'<span class="counts">{escape(counts)}</span></p>'
+            f'<p class="cause">{escape(cause[:1].upper() + cause[1:])}.</p>{scenario_block(report)}'
+            f'<dl class="meta">{meta}</dl></header>')
+
+
+def findings_block(report: SubjectReport) -> str:
+    findings = "".join(f"<li>{escape(f)}</li>" for f in report.findings)
+    findings += "".join(f"<li>cleaned up: {escape(c)}</li>" for c in report.cleanup)
+    return f'<h2>Findings</h2><ul class="findings">{findings}</ul>' if findings else ""
+
+
+def facts_block(report: SubjectReport) -> str:
+    """The subject-level facts, one line per kind, each one's whole text folded under it: a run's per-slot cgroup
+    lines (25 of them) are there to look up, not to read before the checks."""
+    items = "".join(fact_item(k, v) for k, v in report.facts.items() if k != "scenario")
+    return f'<h2>Facts</h2><ul class="facts">{items}</ul>' if items else ""
+
+
+def fact_item(kind: str, value: object) -> str:
+    parts = fact_parts(value)
+    line = fact_line(value, parts)
+    if len(parts) <= 1 and len(line) <= FACT_LINE_CHARS:
+        return f"<li>{escape(kind)}: {escape(line)}</li>"
+    body = "".join(f"<li>{escape(p)}</li>" for p in parts)
+    return (f'<li><details class="fact"><summary>{escape(kind)}: <span class="title">{escape(line)}</span>'
+            f'</summary><ul>{body}</ul></details></li>')
+
+
+def fact_parts(value: object) -> list[str]:
+    """A fact's entries: a group of files per kind, or the '; '-joined parts of a text."""
+    if isinstance(value, dict):
+        return [f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items() if v]
+    return str(value).split("; ")
+
+
+def fact_line(value: object, parts: list[str]) -> str:
+    """A fact in one line: counts per group of files, or a text's first entry and how many more there are."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {len(v)} file{'s' * (len(v) != 1)}" if isinstance(v, list) else f"{k}: {v}"
+                         for k, v in value.items() if v) or "nothing"
+    first = parts[0] if len(parts[0]) <= FACT_LINE_CHARS else parts[0][:FACT_LINE_CHARS - 3] + "..."
+    return first + (f" (and {len(parts) - 1} more)" if len(parts) > 1 else "")
 
 
 def scenario_block(report: SubjectReport) -> str:
@@ -745,13 +783,6 @@ def scenario_block(report: SubjectReport) -> str:
             f"{escape(str(scenario.get('title', '')))}. Report: {upstream}</p>"
             f"<p class=\"scenario\">Correct: {escape(str(scenario.get('correct', '')))}<br>"
             f"The bug: {escape(str(scenario.get('bug', '')))}</p>")
-
-
-def fact_text(value: object) -> str:
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
-                         if v) or "nothing"
-    return str(value)
 
 
 def badge(verdict: str) -> str:
@@ -773,7 +804,13 @@ def verdict_row(c: CheckResult, reaction_s: float | None) -> str:
 def verdict_table(report: SubjectReport, reactions: dict[str, float | None]) -> str:
     head = "".join(f"<th>{h}</th>" for h in
                    ("ID", "check", "level", "verdict", "duration", "reaction", "detail", "reproduce"))
-    rows = "".join(verdict_row(c, reactions.get(c.id)) for c in report.checks)
+    before, after = around_missing(report.checks)
+    missing = "".join(f'<tr class="row-error"><td class="id">{escape(m)}</td><td></td><td></td>'
+                      f'<td>{badge("no result")}</td><td></td><td></td>'
+                      f'<td class="detail">the check never reported a verdict</td><td></td></tr>'
+                      for m in report.missing)
+    rows = "".join(verdict_row(c, reactions.get(c.id)) for c in before) + missing + \
+        "".join(verdict_row(c, reactions.get(c.id)) for c in after)
     return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
@@ -809,7 +846,7 @@ def render(report: SubjectReport, artifacts_dir: Path | None) -> str:
     # One check's timeline in memory at a time: its plot is made and its events dropped before the next.
     reactions: dict[str, float | None] = {}
     parts = []
-    for c in report.checks:
+    for c in reading_order(report.checks):
         loaded = load_timeline(artifacts_dir, c.id)
         reactions[c.id] = reaction_time(loaded.events) if loaded is not None and loaded.events else None
         parts.append(check_section(c, loaded, reactions[c.id]))
@@ -818,8 +855,8 @@ def render(report: SubjectReport, artifacts_dir: Path | None) -> str:
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
-            f"<body><main>{header(report)}<h2>Checks</h2>{verdict_table(report, reactions)}"
-            f"<h2>Timelines</h2>{sections}</main></body></html>\n")
+            f"<body><main>{header(report)}<h2>Checks</h2>{verdict_table(report, reactions)}{findings_block(report)}"
+            f"<h2>Timelines</h2>{sections}{facts_block(report)}</main></body></html>\n")
 
 
 def write_html(report: SubjectReport, out_dir: Path) -> None:

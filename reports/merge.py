@@ -8,19 +8,34 @@ the shard directory and what is wrong, never a report that looks whole and is no
 
 The merged report of a subject is its checks from every shard, in the catalog's order; its
 provenance is the first shard's, with every shard's own kept under `shards`.
+
+Each shard's files beside its reports are kept (`keep_artifacts`): the entries of its `artifacts/`
+(a check's timeline and logs, under the check's ID) and `repro/` (a failed check's scenario) go to the
+same place in the merged directory, where the HTML report and the summary look for them; an entry
+another shard already holds (a suite's shared one) and a repeated run's `runs/` go under
+`artifacts/shard-K-of-N/`. Each shard's `provenance.shards` entry maps what was copied where, and the
+`merged` fact says it plainly, or where the files stayed when they could not be copied.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from reports.model import SubjectReport, merge_facts
+from reports.provenance import host_path
 
 SHARD_FILE = "shard.json"  # harness/run/shards.py SHARD_FILE
 SHARD_FORMAT = 1
+ARTIFACTS = "artifacts"
+# Trees whose entries are merged by name (a check's own directory or file never collides across shards) ...
+MERGED_TREES = (ARTIFACTS, "repro")  # harness/scenarios/repro.py REPRO_DIR
+# ... and trees kept whole per shard (a repeated run's runs/1, runs/2 are in every shard).
+PER_SHARD_TREES = ("runs",)
+MERGED_FACT = "merged"
 
 
 class MergeError(ValueError):
@@ -129,7 +144,7 @@ def _check_results(shards: list[ShardDir]) -> None:
 
 
 def _shard_note(shard: ShardDir, report: SubjectReport) -> dict[str, Any]:
-    return {"shard": shard.record["shard"], "dir": str(shard.path),
+    return {"shard": shard.record["shard"], "dir": host_path(shard.path, [("<cwd>", Path.cwd())]),
             "checks": sorted(c.id for c in report.checks), "provenance": report.provenance}
 
 
@@ -171,6 +186,84 @@ def _merge_subject(parts: list[tuple[ShardDir, SubjectReport]]) -> SubjectReport
         fault_plan=list(dict.fromkeys(f for _, r in parts for f in r.fault_plan)),
         started_at=min((r.started_at for _, r in parts if r.started_at), default=""),
         duration_s=round(sum(r.duration_s for _, r in parts), 3), provenance=provenance)
+
+
+def per_shard(shard: ShardDir) -> str:
+    """The merged directory's place for what a shard holds that others hold too: artifacts/shard-K-of-N."""
+    return f"{ARTIFACTS}/shard-{shard.record['index']}-of-{shard.record['count']}"
+
+
+def subject_dir(root: Path, reports: list[SubjectReport], subject: str) -> Path:
+    """Where a subject's report lives in a directory `fakelet run` or `merge` wrote: the top for one subject."""
+    return root if len(reports) == 1 else root / subject
+
+
+def _shard_subject_dir(shard: ShardDir, subject: str) -> Path:
+    nested = shard.path / subject
+    return nested if (nested / "report.json").is_file() else shard.path
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True)  # a link is kept as one: it may point anywhere on the machine
+    else:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _placements(shard: ShardDir, src: Path, dst: Path) -> list[tuple[str, str]]:
+    """(path in the shard's subject directory, path in the merged one) for each entry to copy."""
+    out = []
+    for tree in MERGED_TREES:
+        if (src / tree).is_dir():
+            for entry in sorted(p.name for p in (src / tree).iterdir()):
+                taken = (dst / tree / entry).exists() or (dst / tree / entry).is_symlink()
+                out.append((f"{tree}/{entry}", f"{per_shard(shard)}/{tree}/{entry}" if taken else f"{tree}/{entry}"))
+    out += [(tree, f"{per_shard(shard)}/{tree}") for tree in PER_SHARD_TREES if (src / tree).is_dir()]
+    return out
+
+
+def keep_artifacts(shards: list[ShardDir], merged: list[SubjectReport], root: Path) -> None:
+    """Copy each shard's artifacts into the merged directory `root` (before its reports are written there), and
+    say in each merged report what went where: its shard notes' `artifacts` (or `artifacts_not_copied`) and the
+    `merged` fact."""
+    by_subject = {r.subject: r for r in merged}
+    for shard in sorted(shards, key=lambda s: s.record["index"]):
+        for part in shard.reports:
+            report = by_subject.get(part.subject)
+            if report is None:
+                continue
+            src, dst = _shard_subject_dir(shard, part.subject), subject_dir(root, merged, part.subject)
+            note = next((n for n in report.provenance.get("shards", []) if n.get("shard") == shard.record["shard"]),
+                        None)
+            copied: dict[str, str] = {}
+            try:
+                for source, target in _placements(shard, src, dst):
+                    _copy(src / source, dst / target)
+                    copied[source] = target
+            except OSError as err:
+                if note is not None:
+                    where = host_path(src / ARTIFACTS, [("<cwd>", Path.cwd())])
+                    note["artifacts_not_copied"] = f"{err.strerror or err}: they remain in {where}"
+            if note is not None:
+                note["artifacts"] = copied
+    for report in merged:
+        report.facts[MERGED_FACT] = merged_fact(report)
+
+
+def merged_fact(report: SubjectReport) -> str:
+    """What a merged report says of its shards' artifacts, in one line."""
+    notes = report.provenance.get("shards", [])
+    copied = [t for n in notes for t in (n.get("artifacts") or {}).values()]
+    apart = sorted({t.split("/")[1] for t in copied if t.startswith(f"{ARTIFACTS}/shard-")})
+    said = (f"{len(notes)} shard{'s' * (len(notes) != 1)} ({', '.join(n['shard'] for n in notes)}); their artifacts "
+            f"copied here ({len(copied)} entr{'ies' if len(copied) != 1 else 'y'}, each at its path in its shard)")
+    if apart:
+        said += f"; those more than one shard held under {', '.join(f'{ARTIFACTS}/{a}/' for a in apart)}"
+    lost = [f"shard {n['shard']}: {n['artifacts_not_copied']}" for n in notes if n.get("artifacts_not_copied")]
+    if lost:
+        said += f"; NOT copied, {'; '.join(lost)}"
+    return said
 
 
 def verdicts(reports: list[SubjectReport]) -> dict[tuple[str, str], str]:

@@ -86,6 +86,9 @@ class SubjectReport:
     provenance: dict[str, Any] = field(default_factory=dict)
     # A named suite (`fakelet run --suite kep5970`) instead of the subject kind's own checks: JUnit's testsuite name.
     suite: str | None = None
+    # --require as given (check IDs and areas): a receiver sees which pattern made a not-exercised check fail the run.
+    # Reports written before this field have it empty; their checks' `required` still decides the status.
+    require: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         counts = {v: sum(1 for c in self.checks if c.verdict == v) for v in VERDICTS}
@@ -112,22 +115,64 @@ class SubjectReport:
     def not_exercised_must(self) -> list[str]:
         return sorted(c.id for c in self.checks if c.level == "MUST" and c.verdict == NOT_EXERCISED)
 
-    def coverage_line(self) -> str:
-        """The status with what it does not cover, e.g. 'CONFORMANT (3 MUST checks not exercised: ...)'."""
-        status = self.status()
-        parts = []
+    def causes(self) -> list[str]:
+        """Why the status is what it is, one clause each, the deciding ones first; then what a status leaves
+        uncovered (MUST checks not exercised). Every writer and `fakelet verify` render these, never their own."""
+        parts = ["stopped by a signal"] if self.interrupted else []
+        failed = [c.id for c in self.checks if c.level == "MUST" and c.verdict == FAIL]
+        if failed:
+            parts.append(f"{_count(failed, 'MUST check')} failed: {', '.join(failed)}")
+        for pattern, ids in self.required_unexercised().items():
+            parts.append(f"{pattern}: {_count(ids, 'required check')} not exercised: {', '.join(ids)}")
+        errors = [c.id for c in self.checks if c.verdict == ERROR]
+        if errors:
+            parts.append(f"fakelet itself failed in {', '.join(errors)}")
+        if self.missing:
+            parts.append(f"{_count(self.missing, 'check')} without a result: {', '.join(self.missing)}")
         skipped = [c for c in self.checks if c.level == "MUST" and c.verdict == SKIP]
         if skipped:
-            parts.append(f"{len(skipped)} MUST check{'s' * (len(skipped) > 1)} could not run here: "
-                         f"{_why(skipped)}")
-        if self.missing:
-            parts.append(f"{len(self.missing)} check{'s' * (len(self.missing) > 1)} without a result: "
-                         f"{', '.join(self.missing)}")
-        unexercised = [c for c in self.checks if c.level == "MUST" and c.verdict == NOT_EXERCISED]
+            parts.append(f"{_count(skipped, 'MUST check')} could not run here: {_why(skipped)}")
+        if not parts and not any(c.verdict == PASS for c in self.checks):
+            parts.append("no check passed" if self.checks else "no check ran")
+        unexercised = [c for c in self.checks if c.level == "MUST" and c.verdict == NOT_EXERCISED and not c.required]
         if unexercised:
-            parts.append(f"{len(unexercised)} MUST check{'s' * (len(unexercised) > 1)} not exercised: "
-                         f"{_why(unexercised)}")
-        return f"{status} ({'; '.join(parts)})" if parts else status
+            parts.append(f"{_count(unexercised, 'MUST check')} not exercised: {_why(unexercised)}")
+        return parts
+
+    def cause(self) -> str:
+        """The causes as one sentence; a status nothing qualifies says what it rests on."""
+        return "; ".join(self.causes()) or "every exercised MUST check passed"
+
+    def status_line(self) -> str:
+        """The status with its cause, e.g. 'NOT CONFORMANT (--require DP-HLT: 4 required checks not exercised:
+        DP-HLT-06, ...)' or 'CONFORMANT (3 MUST checks not exercised: ...)'."""
+        causes = self.causes()
+        return f"{self.status()} ({'; '.join(causes)})" if causes else self.status()
+
+    def coverage_line(self) -> str:
+        """The status line (status_line), under its older name."""
+        return self.status_line()
+
+    def required_unexercised(self) -> dict[str, list[str]]:
+        """The required checks not exercised, by the --require pattern that named them ('--require DP-HLT')."""
+        out: dict[str, list[str]] = {}
+        for c in self.checks:
+            if c.required and c.verdict == NOT_EXERCISED:
+                out.setdefault(self.required_by(c.id), []).append(c.id)
+        return out
+
+    def required_by(self, check_id: str) -> str:
+        """'--require PATTERN' for the first pattern that names the check; a report without `require` (written
+        before the field) says only '--require'."""
+        pattern = next((r for r in self.require if requires(r, check_id)), None)
+        return f"--require {pattern}" if pattern else "--require"
+
+    def check_cause(self, c: CheckResult) -> str:
+        """One check's part in the status, for a line about that check alone (a JUnit failure message)."""
+        first = (c.detail.splitlines() or [""])[0]
+        if c.required and c.verdict == NOT_EXERCISED:
+            return f"{self.required_by(c.id)}: required check not exercised" + (f": {first}" if first else "")
+        return first or c.verdict
 
     def install_hints(self) -> list[str]:
         return sorted({c.install for c in self.checks if c.verdict == SKIP and c.install})
@@ -145,6 +190,15 @@ class SubjectReport:
         d = {k: v for k, v in d.items() if k != "summary"}
         d["checks"] = [CheckResult(**c) for c in d.get("checks", [])]
         return cls(**d)
+
+
+def requires(pattern: str, check_id: str) -> bool:
+    """Whether a --require pattern names a check: its ID, or an area it is in (`DP-HLT` names DP-HLT-01)."""
+    return check_id == pattern or check_id.startswith(pattern.rstrip("-") + "-")
+
+
+def _count(items: list[Any], noun: str) -> str:
+    return f"{len(items)} {noun}{'s' * (len(items) != 1)}"
 
 
 def _why(checks: list[CheckResult]) -> str:

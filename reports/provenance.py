@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,63 @@ def _loads(host: dict[str, Any]) -> str:
     return f"{start[0]:.2f} -> {end[0]:.2f}"
 
 
+def peak_load(host: dict[str, Any]) -> float | None:
+    """The higher 1-minute load average of the run's start and end; None when neither was recorded."""
+    loads = [load[0] for load in (host.get("load_start"), host.get("load_end")) if load]
+    return max(loads) if loads else None
+
+
+def load_text(host: dict[str, Any]) -> str:
+    """'load 2.73 -> 3.10 on 2 CPUs' (the 1-minute averages at the start and the end), or 'load unknown'."""
+    if peak_load(host) is None:
+        return "load unknown"
+    return f"load {_loads(host)}" + (f" on {host['cpus']} CPUs" if host.get("cpus") else "")
+
+
+# -- host paths ---------------------------------------------------------------------------------------------
+
+# Where a file lives on the host is recorded against a named anchor (the subject file's directory, the working
+# directory, ...) so that a report handed over names no user, workspace or CI runner. FHS system directories name
+# the same thing on every host of a distribution and are kept as they are.
+SYSTEM_DIRS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/", "/etc/")
+OTHER_HOST_PATH = "<host>"
+
+
+def host_path(path: str | Path, anchors: Sequence[tuple[str, str | Path | None]]) -> str:
+    """`path` as '<anchor>/relative' under the first (label, directory) anchor holding it, else '~/...' under
+    the home directory, else as it is under a system directory, else '<host>/.../NAME': never a raw
+    absolute path of this host."""
+    text = str(path)
+    if not os.path.isabs(text):
+        return text
+    norm = os.path.normpath(text)
+    for label, directory in anchors:
+        if not directory:
+            continue
+        base = os.path.normpath(str(directory))
+        if norm == base:
+            return label
+        if norm.startswith(base.rstrip("/") + "/"):
+            return f"{label}/{norm[len(base.rstrip('/')) + 1:]}"
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and norm.startswith(home.rstrip("/") + "/"):
+        return f"~/{norm[len(home.rstrip('/')) + 1:]}"
+    if norm.startswith(SYSTEM_DIRS):
+        return norm
+    return f"{OTHER_HOST_PATH}/.../{os.path.basename(norm)}"
+
+
+def redact_paths(text: str, anchors: Sequence[tuple[str, str | Path | None]]) -> str:
+    """`text` (a command line) with each anchor's directory, then the home directory, named by its label."""
+    home = os.path.expanduser("~")
+    pairs = [(str(d).rstrip("/"), label) for label, d in anchors if d and str(d).rstrip("/")]
+    if home not in ("", "/"):
+        pairs.append((home.rstrip("/"), "~"))
+    for directory, label in sorted(pairs, key=lambda p: -len(p[0])):  # the deepest first: cwd inside home
+        text = text.replace(directory + "/", label + "/")
+    return text
+
+
 def short(digest: str | None) -> str:
     return (digest or "")[:12] or "n/a"
 
@@ -99,6 +157,11 @@ def lines(prov: dict[str, Any]) -> list[str]:
                        ("subject_file_sha256", "subject file sha256")):
         if subject.get(key):
             what.append(f"{label} {short(subject[key].removeprefix('sha256:'))}")
+    for code in subject.get("code") or []:
+        if code.get("role") in ("script", "module") and code.get("sha256"):
+            what.append(f"{code['role']} {code.get('path', '?')} sha256 {short(code['sha256'])}")
+    if subject.get("python_distributions"):
+        what.append(f"{len(subject['python_distributions'])} Python distributions")
     if kubelet.get("node") == "real":
         kube = f"real kubelet {kubelet.get('version') or kubelet.get('release', '?')}"
         if kubelet.get("binary_sha256"):

@@ -20,11 +20,7 @@ from reports.model import (
     ERROR,
     EXIT_CODES,
     FAIL,
-    HARNESS_ERROR,
-    INCOMPLETE,
-    INTERRUPTED,
     NOT_APPLICABLE,
-    NOT_CONFORMANT,
     NOT_EXERCISED,
     PASS,
     SEVERITY,
@@ -33,6 +29,7 @@ from reports.model import (
     SubjectReport,
     run_status,
 )
+from reports.order import by_verdict
 
 ENV = "GITHUB_STEP_SUMMARY"
 DETAIL_CHARS = 300  # one detail line is a sentence or two; a longer one is in the report itself
@@ -54,61 +51,36 @@ def code(text: str) -> str:
     return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
 
 
-def cause(report: SubjectReport) -> str:
-    """Why the subject's status is what it is, in one sentence: the checks that decided it."""
-    status = report.status()
-    if status == INTERRUPTED:
-        return "the run was stopped by a signal" + (
-            f"; {len(report.missing)} check(s) have no result" if report.missing else "")
-    if status == NOT_CONFORMANT:
-        failed = [c.id for c in report.checks if c.level == "MUST" and c.verdict == FAIL]
-        unexercised = [c.id for c in report.checks if c.required and c.verdict == NOT_EXERCISED]
-        parts = []
-        if failed:
-            parts.append(f"MUST check{'s' * (len(failed) > 1)} failed: {', '.join(failed)}")
-        if unexercised:
-            parts.append(f"required check{'s' * (len(unexercised) > 1)} not exercised: {', '.join(unexercised)}")
-        return "; ".join(parts)
-    if status == HARNESS_ERROR:
-        return f"fakelet itself failed in {', '.join(c.id for c in report.checks if c.verdict == ERROR)}"
-    line = report.coverage_line()  # "INCOMPLETE (1 MUST check could not run here: ...)": the parenthesis says why
-    if line != status:
-        return line[len(status) + 2:-1]
-    if status == INCOMPLETE:
-        return "no check passed" if report.checks else "no check ran"
-    return "every exercised MUST check passed"
-
-def _item(c: CheckResult, repro: bool) -> list[str]:
-    detail = first_line(c.detail)
+def _item(report: SubjectReport, c: CheckResult, repro: bool) -> list[str]:
+    detail = first_line(report.check_cause(c) if c.counts_against() else c.detail)
     lines = [f"- **{c.id}** ({c.level}) {inline(c.title)}" + (f": {inline(detail)}" if detail else "")]
     if repro and c.repro:
         lines.append(f"  reproduce: {code(c.repro)}")
     return lines
 
 
-def _section(title: str, checks: list[CheckResult], repro: bool = False) -> list[str]:
+def _section(report: SubjectReport, title: str, checks: list[CheckResult], repro: bool = False) -> list[str]:
     if not checks:
         return []
-    return [f"#### {title} ({len(checks)})", "", *(line for c in checks for line in _item(c, repro)), ""]
+    return [f"#### {title} ({len(checks)})", "", *(line for c in checks for line in _item(report, c, repro)), ""]
 
 
 def subject_lines(report: SubjectReport) -> list[str]:
-    by = {v: [c for c in report.checks if c.verdict == v] for v in (PASS, FAIL, ERROR, NOT_EXERCISED, SKIP,
-                                                                     NOT_APPLICABLE)}
+    by = by_verdict(report.checks)
     s = report.summary()
     name = report.subject + (f" (defect {report.defect})" if report.defect else "")
     status = report.status()
     lines = [f"### {inline(name)}: {status}", "",
-             f"{cause(report)}. {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
+             f"{inline(report.cause())}. {s['pass']} pass, {s['fail']} fail, {s['error']} error, "
              f"{s['not-exercised']} not exercised, {s['skip']} skip, {s['n/a']} n/a"
              + (f", {s['missing']} without a result" if s["missing"] else "")
              + f"; profile `{report.profile}`, seed {report.seed}, {report.duration_s:.1f}s.", ""]
-    lines += _section("Failed", by[FAIL], repro=True)
-    lines += _section("Errors (fakelet's own failures)", by[ERROR], repro=True)
+    lines += _section(report, "Failed", by[FAIL], repro=True)
+    lines += _section(report, "Errors (fakelet's own failures)", by[ERROR], repro=True)
     if report.missing:
         lines += [f"#### Without a result ({len(report.missing)})", "", *(f"- **{m}**" for m in report.missing), ""]
-    lines += _section("Not exercised", by[NOT_EXERCISED])
-    lines += _section("Skipped (could not run here)", by[SKIP])
+    lines += _section(report, "Not exercised", by[NOT_EXERCISED])
+    lines += _section(report, "Skipped (could not run here)", by[SKIP])
     hints = report.install_hints()
     if hints:
         lines += ["To run what was skipped: " + ", ".join(code(h) for h in hints), ""]
@@ -126,7 +98,7 @@ def step_summary(reports: list[SubjectReport], command: str = "run", out: Path |
     status = run_status(reports)  # an interrupted run's reports are each marked interrupted
     lines = [f"## fakelet {command}: {status} (exit {EXIT_CODES[status]})", ""]
     if len(reports) > 1:
-        lines += [f"- {inline(r.subject)}: {r.status()}, {cause(r)}" for r in reports] + [""]
+        lines += [f"- {inline(r.subject)}: {r.status()}, {inline(r.cause())}" for r in reports] + [""]
     elif not reports:
         lines += ["No subject reported a result.", ""]
     if out is not None:

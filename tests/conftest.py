@@ -327,3 +327,17 @@ def publish_slices(alloc: Any, node: str, parts: list[dict[str, Any]]) -> None:
         s["metadata"] = {"name": f"{node}-{s['metadata']['name']}"}
         alloc.client.create(f"{RESOURCE_API}/resourceslices", {"apiVersion": "resource.k8s.io/v1",
                                                                "kind": "ResourceSlice", **s})
+
+
+def mkdocs_config(path: Path) -> dict[str, Any]:
+    """mkdocs.yml as plain data: each `!ENV [NAME, default]` (MkDocs' own tag) read as its default."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def env(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        value = loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else [None]
+        return value[-1]
+    Loader.add_constructor("!ENV", env)
+    return yaml.load(path.read_text(), Loader=Loader)

@@ -342,3 +342,148 @@ def test_run_repeat_keeps_every_runs_time(tmp: Path) -> None:
     assert (tmp / "rep" / "runs" / "2" / "report.json").is_file()
     bad = fakelet(tmp, "run", "--subject", "reference-dp", "--repeat", "0")
     assert bad.returncode == 2 and "--repeat 0: must be between 1 and 100" in bad.stderr
+
+
+# -- compare: evidence, repro, load (issue 37) -----------------------------------------------------------------
+
+
+def test_a_regression_carries_its_bounded_evidence_and_repro() -> None:
+    seen = "\n".join(f"  {n / 10:.1f}s event {n}" for n in range(60))
+    detail = f"expected re-registration within 5s; saw instead (times since the check started):\n{seen}"
+    new = report(check("A-01", FAIL, detail=detail))
+    new.checks[0].repro = "fakelet run --subject reference-dp --check A-01"
+    diffs = compare.diff([report(check("A-01", PASS))], [new])
+    md = compare.markdown(diffs, "old", "new")
+    assert "<details><summary><code>A-01</code>" in md and "```text" in md
+    assert "  3.8s event 38" in md and "  3.9s event 39" not in md  # 40 lines: the first, then 39 events
+    assert "... 21 more lines" in md
+    assert "```sh\nfakelet run --subject reference-dp --check A-01\n```" in md
+    text = compare.text(diffs, "old", "new")
+    assert "  3.8s event 38" in text and "... 21 more lines" in text
+    assert "repro: fakelet run --subject reference-dp --check A-01" in text
+    assert text.count("load 0.50 -> 0.70 on 2 CPUs") == 2 and md.count("load 0.50 -> 0.70 on 2 CPUs") == 2
+
+
+def test_evidence_is_bounded_in_bytes_and_fenced_past_its_backticks() -> None:
+    assert len(compare.bounded("x" * 10_000).encode()) < compare.EVIDENCE_BYTES + 100
+    assert compare.fence("a ```` b", "text")[0] == "`````text"
+    diffs = compare.diff([report(*(check(f"A-{n:02}", PASS) for n in range(12)))],
+                         [report(*(check(f"A-{n:02}", FAIL, detail="broke") for n in range(12)))])
+    md = compare.markdown(diffs, "old", "new")
+    assert md.count("<details>") == compare.MAX_EVIDENCE
+    assert "Evidence of 2 more failing check(s) left to NEW's report: A-10, A-11" in md
+
+
+def test_a_slower_time_under_a_much_higher_load_says_both_loads() -> None:
+    old = report(check("A-01", PASS, {"registration": 1.0}))
+    new = report(check("A-01", PASS, {"registration": 2.5}))
+    old.provenance["host"].update(load_start=[3.0, 0, 0], load_end=[3.0, 0, 0])
+    new.provenance["host"].update(load_start=[25.0, 0, 0], load_end=[24.0, 0, 0])
+    [slower] = compare.diff([old], [new])[0].of("timing")
+    assert "noise unknown" in slower.text
+    assert "OLD load 3.00 -> 3.00 on 2 CPUs, NEW load 25.00 -> 24.00 on 2 CPUs: the loads differ greatly" in slower.text
+    quiet = report(check("A-01", PASS, {"registration": 2.5}))
+    [same_load] = compare.diff([report(check("A-01", PASS, {"registration": 1.0}))], [quiet])[0].of("timing")
+    assert "OLD load 0.50" in same_load.text and "differ greatly" not in same_load.text
+
+
+# -- provenance pins the code (issue 37) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "args", "want"), [
+    ("python", ["-u", "-X", "dev", "my_plugin.py", "--flag"], ("script", "my_plugin.py")),
+    ("python", ["-m", "pkg.mod", "x.py"], ("module", "pkg.mod")),
+    ("python", ["-c", "print(1)"], ("inline", "-c")),
+    ("shell", ["-e", "-o", "pipefail", "run.sh"], ("script", "run.sh")),
+    ("node", ["--require", "x.js", "server.js"], ("script", "server.js")),
+    ("python", ["-"], None),
+])
+def test_the_script_an_interpreter_runs_is_found(kind: str, args: list[str], want: tuple[str, str] | None) -> None:
+    from harness.run.subject_code import script_of
+
+    assert script_of(kind, args) == want
+
+
+def test_host_paths_are_anchored_never_raw(tmp_path: Path) -> None:
+    from reports.provenance import host_path, redact_paths
+
+    where = [("<subject-dir>", str(tmp_path / "vendor")), ("<cwd>", str(tmp_path))]
+    assert host_path(tmp_path / "vendor" / "my_plugin.py", where) == "<subject-dir>/my_plugin.py"
+    assert host_path(tmp_path / "other" / "x.py", where) == "<cwd>/other/x.py"
+    assert host_path(os.path.expanduser("~/p/x.py"), []) == "~/p/x.py"
+    assert host_path("/usr/bin/bash", []) == "/usr/bin/bash"
+    assert host_path("/srv/ci-runner-7/work/plugin", []) == "<host>/.../plugin"
+    assert redact_paths(f"bash {tmp_path}/vendor/run.sh --x", where) == "bash <subject-dir>/run.sh --x"
+
+
+def test_a_python_plugins_script_and_distributions_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.config.runconfig import RunConfig
+    from harness.run.provenance import subject_facts
+
+    vendor = tmp_path / "vendor"
+    vendor.mkdir()
+    (vendor / "my_plugin.py").write_text("print('a plugin')\n")
+    subject = vendor / "plugin.yaml"
+    subject.write_text('name: my-plugin\nkind: device-plugin\nlauncher: process\n'
+                       'command: ["{python}", "my_plugin.py", "--plugin-dir", "{plugin_dir}"]\n'
+                       'resource: example.com/gpu\n')
+    monkeypatch.chdir(vendor)  # the plugin runs in fakelet's working directory: its script is found there
+    facts = subject_facts(RunConfig.build(subject_file=str(subject)))
+    program, script = facts["code"]
+    assert program["role"] == "program" and len(program["sha256"]) == 64
+    assert script == {"role": "script", "path": "<subject-dir>/my_plugin.py",
+                      "sha256": hashlib.sha256(b"print('a plugin')\n").hexdigest()}
+    assert facts["subject_file"] == "<subject-dir>/plugin.yaml"
+    assert any(d.startswith("pytest==") for d in facts["python_distributions"])
+    assert str(tmp_path) not in json.dumps(facts)
+
+
+def test_a_module_run_with_dash_m_is_pinned_by_its_source_file() -> None:
+    from harness.config.runconfig import RunConfig
+    from harness.run.provenance import subject_facts
+
+    facts = subject_facts(RunConfig.build(subject="reference-dp"))
+    [module] = [c for c in facts["code"] if c["role"] == "module"]
+    assert module["path"].endswith("harness/reference/device_plugin.py") and len(module["sha256"]) == 64
+    assert not module["path"].startswith("/")
+
+
+def test_a_huge_file_is_recorded_by_size_and_mtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.run import subject_code
+
+    big = tmp_path / "plugin.bin"
+    big.write_bytes(b"x" * 2048)
+    monkeypatch.setattr(subject_code, "HASH_LIMIT_BYTES", 1024)
+    record = subject_code.file_record("program", str(big), [("<cwd>", str(tmp_path))])
+    assert record["size"] == 2048 and "sha256" not in record and "not hashed" in record["note"]
+    assert record["path"] == "<cwd>/plugin.bin"
+    assert "directory" in subject_code.file_record("script", str(tmp_path), [])["note"]
+
+
+def test_an_images_id_and_registry_digests_are_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from harness.launch.containers import engine
+    from harness.run.provenance import image_facts
+
+    image = SimpleNamespace(id="sha256:" + "1" * 64, attrs={"RepoDigests": ["reg.example/p@sha256:" + "2" * 64]})
+    monkeypatch.setattr(engine, "unavailable", lambda: None)
+    monkeypatch.setattr(engine, "client", lambda: SimpleNamespace(images=SimpleNamespace(get=lambda ref: image)))
+    assert image_facts("reg.example/p:1") == {"image_id": image.id, "image_digests": image.attrs["RepoDigests"]}
+    monkeypatch.setattr(engine, "unavailable", lambda: "no engine")
+    assert image_facts("reg.example/p:1") == {"image_id": None}
+
+
+def test_a_shell_script_and_its_interpreter_on_path_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.config.runconfig import RunConfig
+    from harness.run.subject_code import pin
+
+    (tmp_path / "run.sh").write_text("exec true\n")
+    monkeypatch.chdir(tmp_path)
+    run = RunConfig.build(plugin_cmd="bash run.sh --plugin-dir {plugin_dir}", resource="example.com/x")
+    program, script = pin(run, None)["code"]
+    bash = shutil.which("bash")
+    assert bash is not None and program["sha256"] == hashlib.sha256(Path(bash).read_bytes()).hexdigest()
+    assert script == {"role": "script", "path": "<cwd>/run.sh",
+                      "sha256": hashlib.sha256(b"exec true\n").hexdigest()}
+    assert "python_distributions" not in pin(run, None)

@@ -63,6 +63,7 @@ def startup(tmp: Path, *args: str) -> tuple[int, list[str], str]:
     (["scenario", "run", "--repeat", "0", "no-such-scenario"], 2, "--repeat 0: must be between 1"),
     (["fidelity", "--jobs", "0"], 2, "--jobs 0: must be between 1"),
     (["subjects"], 0, ""),
+    (["subject", "check", "reference-dp"], 0, ""),
 ])
 def test_help_version_and_bad_input_import_nothing_heavy(tmp_path: Path, args: list[str], code: int,
                                                           said: str) -> None:

@@ -59,6 +59,14 @@ if mode == "sessions":
         child.stdout.read(1)
     ready()
     signal.pause()
+if mode == "wrapper-with-children":
+    # Leaves argv[4] children in its own session and argv[5] that called setsid, and exits 0.
+    children = [subprocess.Popen([*IDLE, "plain", f"{{marker}}-child-{{n}}"], stdout=subprocess.PIPE,
+                                 start_new_session=n >= int(sys.argv[4]))
+                for n in range(int(sys.argv[4]) + int(sys.argv[5]))]
+    for child in children:
+        child.stdout.read(1)
+    sys.exit(0)
 if mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     ready()
@@ -219,6 +227,20 @@ def test_children_in_new_sessions_all_go_with_stop(plugin) -> None:
     assert main_exit.get("returncode") == -signal.SIGTERM and main_exit.get("signalled")
     assert len(main_exit.get("detached")) == 20
     assert p.launcher.detached_finding() is None  # a stopped container's leftovers are no finding
+
+
+@pytest.mark.parametrize(("same", "own"), [(5, 0), (3, 2)])
+def test_the_cleanup_note_counts_only_children_that_left_the_plugins_session(plugin, same: int, own: int) -> None:
+    """Defect 4 of issue 39: 50 children, none of which called setsid, were said to be "in sessions of their own"
+    (their session, as the host's procfs shows it, was compared with nsinit's as its own namespace shows it)."""
+    p = plugin("wrapper-with-children", str(same), str(own))
+    p.launcher.start()
+    main_exit = p.timeline.wait_for(lambda e: e.kind == "process.main_exit", WAIT_S, "the wrapper to exit")
+    assert [d["own_session"] for d in main_exit.get("detached")].count(True) == own
+    p.launcher.stop()
+    (note,) = p.launcher.cleanup()
+    assert note.startswith(f"killed {same + own} processes still running when the plugin's main process exited")
+    assert (f", {own} of them in sessions of their own," in note) == bool(own), note
 
 
 def test_sigkill_of_the_outer_process_kills_everything(plugin) -> None:

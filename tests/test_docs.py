@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import mkdocs_config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -112,6 +113,29 @@ def test_a_figure_without_where_and_when_is_refused(tmp_path):
         figures_page.load(path)
 
 
+def _anchors(page: str) -> set[str]:
+    """The anchors mkdocs gives a page: its headings as the toc extension slugifies them, `{ #id }` attributes
+    and `<a id=...>` tags."""
+    from markdown.extensions.toc import slugify
+
+    found = set(re.findall(r'<a id="([^"]+)"', page)) | set(re.findall(r"\{\s*#([\w-]+)\s*\}", page))
+    found |= {slugify(h, "-") for h in re.findall(r"^#+ (.+?)\s*$", page, re.M) if "{" not in h}
+    return found
+
+
+def test_every_check_fakelet_checks_lists_has_an_anchor_in_the_catalog_page(capsys):
+    from docgen import checks_page
+
+    from harness.run.commands import cmd_checks
+
+    cmd_checks()
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(listed) > 60
+    anchors = _anchors(checks_page.render())
+    missing = [cid for cid in listed if cid.lower() not in anchors]
+    assert not missing, f"checks without an anchor in docs/reference/checks.md: {missing}"
+
+
 # -- runnable commands -----------------------------------------------------------------------------------
 
 PAGE = """# A page
@@ -174,14 +198,37 @@ def test_a_runnable_command_is_one_command(tmp_path):
 
 
 def test_each_user_guide_has_runnable_commands():
-    # The three ways in; a guide added later need not mark one, but every mark on any page must parse.
-    for name in ("certify-a-plugin.md", "ci-pipeline.md", "reproduce-a-bug.md"):
+    # The ways in; a guide added later need not mark one, but every mark on any page must parse.
+    for name in ("certify-a-plugin.md", "ci-pipeline.md", "reproduce-a-bug.md", "kep5970-on-your-driver.md"):
         guide = ROOT / "docs" / "guides" / name
         commands = doc_commands.extract(guide)
         assert commands, f"{guide.name} marks no command runnable"
-    for page in sorted((ROOT / "docs").rglob("*.md")):
-        for c in doc_commands.extract(page):
+    for page in doc_commands.pages([]):
+        for c in doc_commands.page_of(page).commands:
             doc_commands.argv_of(c)
+
+
+def test_a_pages_commands_run_in_order_in_a_directory_of_their_own_with_its_files(tmp_path):
+    seen = tmp_path / "cwd"
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- file: in/hello.txt -->\n```text\nhi\n```\n\n"
+        "<!-- runnable: exit 0 -->\n```console\n"
+        f"$ python -c \"import os, pathlib; pathlib.Path('out').write_text(pathlib.Path('in/hello.txt').read_text()); "
+        f"pathlib.Path({str(seen)!r}).write_text(os.getcwd())\"   # the first writes\n"
+        "$ python -c \"import pathlib, sys; sys.exit(pathlib.Path('out').read_text() != 'hi\\n')\"\n```\n")
+    results = doc_commands.run_page(doc_commands.page_of(page))
+    assert [ok for ok, _ in results] == [True, True], results
+    where = Path(seen.read_text())
+    assert where != ROOT and not where.exists(), "the page's directory is removed"
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/etc/escape.txt"])
+def test_a_file_mark_stays_in_the_pages_directory(tmp_path, name):
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- file: {name} -->\n```text\nx\n```\n")
+    with pytest.raises(doc_commands.PageError, match="relative path inside the page's directory"):
+        doc_commands.page_of(page)
 
 
 # -- the site --------------------------------------------------------------------------------------------
@@ -196,7 +243,7 @@ def test_site_builds_strict(tmp_path):
 
 @NEEDS_MKDOCS
 def test_a_link_to_a_missing_anchor_fails_the_build(tmp_path):
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_config(ROOT / "mkdocs.yml")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "index.md").write_text("# Home\n\n[there](other.md#nowhere)\n")

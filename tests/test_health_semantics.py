@@ -102,3 +102,31 @@ def test_hotplug_by_count_for_plugins_with_their_own_device_names(tmp_path, defe
     assert check["verdict"] == verdict, check["detail"]
     if verdict == "fail":
         assert "after hot-unplug" in check["detail"]
+
+
+def test_a_declared_observes_leaves_hotplug_unjudged(tmp_path) -> None:
+    """Defect 8 of issue 39: a subject file that says `observes: [health]` is not held to DP-HLT-05, though the
+    plugin reads the device tree (which, with nothing declared, makes fakelet hold it to hotplug)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.spec.subjects import fixtures_dir
+
+    fixtures = tmp_path / "fixtures"
+    shutil.copytree(fixtures_dir(), fixtures)
+    subject = fixtures / "subjects" / "reference-dp.yaml"
+    profile = yaml.safe_load(subject.read_text())
+    profile["backend"]["observes"] = ["health"]
+    subject.write_text(yaml.safe_dump(profile))
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "harness.run.cli", "run", "--check", "DP-HLT-05", "--out", str(out)],
+                   capture_output=True, text=True, timeout=120, env=dict(os.environ, FAKELET_FIXTURES=str(fixtures)))
+    (check,) = json.loads((out / "report.json").read_text())["checks"]
+    assert check["verdict"] == "not-exercised", check["detail"]
+    assert "the subject declares it does not watch hotplug (" in check["detail"]
+    assert "reference-dp.yaml:" in check["detail"] and "backend.observes: [health])" in check["detail"]

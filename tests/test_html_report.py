@@ -225,3 +225,20 @@ def test_write_html_with_missing_or_broken_timelines(tmp_path: Path) -> None:
     write_html(sample_report(), tmp_path)
     page = (tmp_path / "report.html").read_text()
     assert page.count("no timeline recorded") == 2
+
+
+def test_facts_are_one_folded_line_per_kind_after_the_checks() -> None:
+    slots = "; ".join(f"cgroup v1 /fakelet/run/s-{n}: pids.max 4096" for n in range(25))
+    r = SubjectReport(subject="s", profile="fast", seed=0,
+                      checks=[CheckResult("DP-A-01", "MUST", "a", "pass", 0.1)],
+                      facts={"cgroup": slots, "device mapping": "gpu-0->gpu-0",
+                             "fake hardware read": {"health": ["h0", "h1"], "temperature": ["t0"], "other": []}})
+    page = render(r, None)
+    assert page.index("<h2>Checks</h2>") < page.index("<h2>Facts</h2>")
+    facts = page[page.index("<h2>Facts</h2>"):]
+    assert facts.count("<li><details") == 2  # the cgroup lines and the files read; the mapping is one short line
+    assert ('<summary>cgroup: <span class="title">cgroup v1 /fakelet/run/s-0: pids.max 4096 (and 24 more)</span>'
+            "</summary>") in facts
+    assert "<li>cgroup v1 /fakelet/run/s-24: pids.max 4096</li>" in facts  # all of it, folded
+    assert "fake hardware read: <span class=\"title\">health: 2 files, temperature: 1 file</span>" in facts
+    assert "<li>device mapping: gpu-0-&gt;gpu-0</li>" in facts

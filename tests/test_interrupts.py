@@ -21,6 +21,7 @@ from inotify_simple import flags as IN
 from test_cli import _processes_naming, _wait_for_plugin_socket, leftovers
 
 import reports.html as html
+from harness.instruments import bounds
 from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Timeline
 from harness.run import commands as cli
@@ -53,11 +54,12 @@ def peak_bytes(action: object) -> int:
         tracemalloc.stop()
 
 
-def test_a_timeline_is_streamed_to_its_file(tmp_path: Path) -> None:
+def test_a_timeline_is_streamed_to_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: the dump copied every event (dataclasses.asdict) before writing, doubling a huge timeline."""
+    monkeypatch.setattr(bounds, "MAX_ITEMS", DEVICES)  # whole lists, as a timeline without bounds is written
     tl = big_timeline(20)
     path = tmp_path / "timeline.json"
-    peak = peak_bytes(lambda: tl.dump(str(path)))
+    peak = peak_bytes(lambda: tl.dump(str(path), cap_bytes=64 * 1024 * 1024))
     assert path.stat().st_size > 15_000_000
     assert peak < 6_000_000, f"dumping took {peak / 1e6:.1f} MB"
     lines = path.read_text().splitlines()
@@ -72,6 +74,7 @@ def test_the_html_report_caps_a_huge_timeline_and_says_where_the_whole_is(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: every check's whole timeline was parsed and held at once, and all of it plotted."""
     monkeypatch.setattr(html, "MAX_TIMELINE_BYTES", 1_000_000)
+    monkeypatch.setattr(bounds, "MAX_ITEMS", DEVICES)  # whole lists: a timeline.json as large as an older fakelet's
     artifacts = tmp_path / "artifacts" / "DP-LAW-01"
     artifacts.mkdir(parents=True)
     big_timeline(12).dump(str(artifacts / "timeline.json"))
@@ -102,7 +105,7 @@ def test_an_interrupt_while_the_timeline_is_written_still_removes_the_sandbox(
     closed = []
     monkeypatch.setattr(env.node, "close", lambda: closed.append("node"))
 
-    def interrupted(path: str) -> None:
+    def interrupted(path: str, cap_bytes: int) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(env.timeline, "dump", interrupted)

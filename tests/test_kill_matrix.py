@@ -74,6 +74,12 @@ BENIGN_CASES = [("reference-dp", b) for b in sorted(DP_BENIGN)] + \
 PARTITIONING = {"reference-dra"}  # subjects whose driver publishes the fake GPUs' partitions (DRA-PRT)
 SHARING = {"reference-dra"}  # subjects whose driver publishes the fake GPUs' shareable capacity (DRA-CAP)
 FABRIC = {"reference-dra"}  # subjects whose driver attaches the fake fabric NICs and writes device status (DRA-BND)
+# The main references: by default every check runs on them. The others (the reference plugin on NVML or Level-Zero, the
+# Go plugin and driver on go-nvml) run the checks their own mutants must fail, so that each such kill stands beside
+# a pass on the same check, and one check of registration and one of allocation in their own naming; the rest is
+# the same protocol work the main references' runs cover. tox -e matrix runs every check on every reference.
+MAIN_REFERENCES = {"reference-dp", "reference-dra"}
+VARIANT_BASICS = {"device-plugin": ("DP-LAW-01", "DP-ALC-01"), "dra": ("DRA-REG-01", "DRA-PRP-01")}
 HOSTILE_CORPUS_MIN = 30  # issue 13: at least this many hostile behaviours, each with a verdict and a wall bound
 
 
@@ -165,8 +171,10 @@ def test_reference_passes_everything(subject: str, tmp_path: Path, request: pyte
     # A DRA driver whose subject file cannot tell it a device plugin's devices (no device_plugin_beside:): DRA-EXT-02
     # does not apply.
     alone = set(BESIDE_CHECKS) if spec.is_dra and spec.device_plugin_beside is None else set()
-    only = [] if matrix_sample.full() else [a for c in sorted(set(catalog(SUITES[spec.kind])) - surface_only - alone)
-                                            for a in ("--check", c)]
+    chosen = set(catalog(SUITES[spec.kind])) - surface_only - alone
+    if subject not in MAIN_REFERENCES:
+        chosen &= {k for d in spec.defects.values() for k in d.kills} | set(VARIANT_BASICS[spec.kind])
+    only = [] if matrix_sample.full() else [a for c in sorted(chosen) for a in ("--check", c)]
     code, report = fakelet_run(tmp_path, *run_args(spec, request, reference=True), *only, subject=subject)
     bad = {c["id"] for c in report["checks"] if c["verdict"] != "pass"
            and not (c["id"] in surface_only and c["verdict"] == "not-exercised")

@@ -15,7 +15,8 @@ import pytest
 from fake_devices.backend import DeviceBackend
 from fake_devices.model import Inventory
 from fake_devices.nvml import build
-from fake_devices.nvml.surface import XID_DBE, XID_FALLEN_OFF_BUS
+from fake_devices.nvml.surface import CALL_EVENT, XID_DBE, XID_FALLEN_OFF_BUS, CallFollower, NvmlSurface
+from harness.instruments.timeline import Timeline
 from harness.spec.subjects import fixtures_dir, load_yaml
 
 CONSUMER = Path(__file__).resolve().parent / "nvml_consumer.py"
@@ -225,3 +226,37 @@ def test_an_event_line_still_being_written_is_read_whole(gpus: DeviceBackend) ->
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _log_calls(surface: NvmlSurface, *pids: int) -> None:
+    with open(surface.dir / "calls", "a") as f:
+        f.writelines(f"nvmlDeviceGetCount_v2 pid={pid} ns=1 rc=0 value=2\n" for pid in pids)
+
+
+def test_one_device_count_call_at_start_is_no_hotplug_watch(tmp_path: Path) -> None:
+    """Defect 8 of issue 39: a GPU plugin counted its GPUs once at start, and fakelet held it to hotplug. Only a
+    process that counts again (a poll) watches hotplug; one call each of two starts is no poll either."""
+    surface = NvmlSurface(tmp_path)
+    surface.dir.mkdir()
+    _log_calls(surface, 41)
+    assert not surface.reads("hotplug")
+    _log_calls(surface, 42)
+    assert not surface.reads("hotplug")
+    _log_calls(surface, 41)
+    assert surface.reads("hotplug")
+
+
+def test_the_first_repeat_of_a_device_count_is_on_the_timeline(tmp_path: Path) -> None:
+    """Coverage waits on the timeline: the poll's first repeat must land there, though its answer is the same."""
+    surface = NvmlSurface(tmp_path)
+    surface.dir.mkdir()
+    (surface.dir / "calls").touch()
+    timeline = Timeline()
+    follower = CallFollower(surface, timeline).start()
+    try:
+        for _ in range(3):
+            follower._record("nvmlDeviceGetCount_v2", {"pid": "41", "ns": "1", "rc": "0", "value": "2"})
+    finally:
+        follower.stop()
+    calls = [e for e in timeline.events() if e.kind == CALL_EVENT]
+    assert [e.get("repeat") for e in calls] == [None, True]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import mkdocs_config
 
 from harness.kubelet.release_model import BEHAVIOURS, behaviour_fields, behaviours, model_note
 from harness.kubelet.versions import KUBELET_VERSIONS
@@ -160,7 +161,7 @@ def test_the_page_names_the_reference_subjects_sockets_and_the_dra_eviction(page
 
 
 def test_the_page_is_in_the_nav_and_linked_from_the_scenarios_page():
-    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    nav = mkdocs_config(ROOT / "mkdocs.yml")["nav"]
     reference = next(item["Reference"] for item in nav if isinstance(item, dict) and "Reference" in item)
     assert {"Scenario file": "reference/scenario-file.md"} in reference
     assert "(reference/scenario-file.md)" in (ROOT / "docs" / "scenarios.md").read_text()

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -304,6 +305,31 @@ def test_a_rejected_register_is_refused_on_the_wire_and_retried(tmp_path: Path, 
     accepted = [e for e in timeline if e["kind"] == "kubelet.register" and e["data"].get("accepted")
                 and e["data"].get("instance") == 2]
     assert refused and accepted and refused[0]["t_ns"] < accepted[0]["t_ns"], (refused, accepted)
+
+
+REJECT_BEFORE_ANY_KUBELET = """\
+title: a Register rejected by the first kubelet is retried
+correct: the plugin registers again after the first kubelet refused its Register
+bug: it gives up
+kind: device-plugin
+steps:
+  - reject: {call: Register}
+  - kubelet: start
+  - plugin: start
+  - expect: {registered: true, allocatable: all}
+"""
+
+
+def test_a_reject_armed_before_the_first_kubelet_is_followed_up_once_the_plugin_runs(tmp_path: Path) -> None:
+    # The kubelet's start used to wait its 30 s for a Register from a plugin not yet started, and print the
+    # timeout as if it were an error, before the scenario went on and passed (issue 39, defect 10).
+    began = time.monotonic()
+    out, output = kept_on(tmp_path, REJECT_BEFORE_ANY_KUBELET, "fake")
+    assert "after arming the rejection" not in output, output
+    assert "after the rejection" in output, output  # the retry (or exit) the plugin's start followed up
+    assert time.monotonic() - began < 30, output
+    refused = [e for e in timeline_of(out) if e["kind"] == "fault.fired" and e["data"]["method"] == "Register"]
+    assert len(refused) == 1, refused
 
 
 # -- the reference DRA driver's rolling update: sockets of its own ------------------------------------------

@@ -107,3 +107,12 @@ def test_learned_durations_come_first(tmp_path, monkeypatch: pytest.MonkeyPatch)
     scheduler.learn(key, {"DP-REG-01": 20.0})
     assert scheduler.estimates_for(key)("DP-REG-01") == 30.0
     assert scheduler.estimates_for(scheduler.run_key("reference-dp", None, "fast"))("DP-REG-01") < 30.0
+
+
+@pytest.mark.parametrize(("jobs", "checks", "workers"), [("4", ["DP-REG-01"], 1), ("4", ["DP-REG-01", "DP-LAW-01"], 2),
+                                                         ("2", ["DP-REG-01", "DP-LAW-01", "DP-LAW-02"], 2)])
+def test_a_given_jobs_never_starts_more_workers_than_checks(jobs: str, checks: list[str], workers: int) -> None:
+    from harness.run.commands import jobs_for
+
+    run = SimpleNamespace(checks=checks, suite_package="suites.dp")
+    assert jobs_for(SimpleNamespace(jobs=jobs), run) == workers  # type: ignore[arg-type]

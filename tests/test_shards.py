@@ -17,7 +17,7 @@ import pytest
 
 from harness.run.shards import Shard, ShardError, parse_shard
 from reports.bundle import load_dir
-from reports.merge import MergeError, load_shard, merge, verdicts
+from reports.merge import MergeError, keep_artifacts, load_shard, merge, verdicts
 from reports.model import PASS, CheckResult, SubjectReport
 from reports.writers import write_all
 
@@ -128,6 +128,45 @@ def test_shards_that_do_not_make_one_run_are_refused(tmp_path: Path, case: str, 
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+def test_merged_shards_keep_their_artifacts_apart_where_names_collide(tmp_path: Path) -> None:
+    dirs = [shard_dir(tmp_path, k, 3, PAIRS) for k in (1, 2, 3)]
+    shards = load(dirs)
+    for d, shard in zip(dirs, shards, strict=True):
+        for subject, cid in shard.mine():
+            root = d / subject if (d / subject / "report.json").is_file() else d
+            (root / "artifacts" / cid).mkdir(parents=True, exist_ok=True)
+            (root / "artifacts" / cid / "timeline.json").write_text(f"[{shard.record['index']}]")
+            (root / "artifacts" / "kep5970").mkdir(exist_ok=True)  # a suite's, in every shard that ran its checks
+            (root / "artifacts" / "kep5970" / "log").write_text(shard.record["shard"])
+    merged = merge(shards)
+    out = tmp_path / "merged"
+    keep_artifacts(shards, merged, out)
+    dp = next(r for r in merged if r.subject == "reference-dp")
+    for subject, cid in PAIRS:
+        assert (out / subject / "artifacts" / cid / "timeline.json").is_file()
+    placed = {n["shard"]: n["artifacts"] for n in dp.provenance["shards"]}
+    first, *later = sorted(placed)
+    assert placed[first]["artifacts/kep5970"] == "artifacts/kep5970"
+    for shard in later:
+        target = placed[shard]["artifacts/kep5970"]
+        assert target.startswith("artifacts/shard-") and (out / "reference-dp" / target / "log").read_text() == shard
+    assert "more than one shard held under artifacts/shard-" in dp.facts["merged"]
+
+
+def test_artifacts_that_cannot_be_copied_are_said_to_stay_in_the_shard(tmp_path: Path) -> None:
+    dirs = [shard_dir(tmp_path, k, 2, PAIRS[:2]) for k in (1, 2)]
+    (dirs[0] / "artifacts" / "DP-A-01").mkdir(parents=True)
+    shards = load(dirs)
+    merged = merge(shards)
+    blocker = tmp_path / "merged"
+    blocker.mkdir()
+    (blocker / "artifacts").write_text("a file where the merged artifacts directory goes")
+    keep_artifacts(shards, merged, blocker)
+    note = merged[0].provenance["shards"][0]
+    assert "they remain in" in note["artifacts_not_copied"] and note["artifacts"] == {}
+    assert "NOT copied, shard 1/2" in merged[0].facts["merged"]
+
+
 def test_merge_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     one = shard_dir(tmp_path, 1, 2, PAIRS)
     got = fakelet(tmp_path, "merge", str(one), "-o", "m")
@@ -155,6 +194,14 @@ def test_three_shards_of_the_reference_plugin_merge_into_the_unsharded_verdicts(
     assert verdicts(got) == verdicts(want) and len(verdicts(got)) == len(CHECKS)
     assert [s["shard"] for s in got[0].provenance["shards"]] == ["1/3", "2/3", "3/3"]
     assert got[0].provenance["catalog"] == want[0].provenance["catalog"]
+    # Each shard's timelines and logs come along, where the HTML report plots them from.
+    for cid in CHECKS:
+        assert (tmp_path / "merged" / "artifacts" / cid / "timeline.json").is_file()
+        assert (tmp_path / "merged" / "artifacts" / cid / "subject.log").is_file()
+    assert [s["artifacts"] for s in got[0].provenance["shards"]] == [{f"artifacts/{c}": f"artifacts/{c}"}
+                                                                     for c in CHECKS]
+    assert "their artifacts copied here (3 entries" in (tmp_path / "merged" / "summary.md").read_text()
+    assert "no timeline recorded" not in (tmp_path / "merged" / "report.html").read_text()  # each check's plotted
 
 
 # -- fakelet matrix ----------------------------------------------------------------------------------------

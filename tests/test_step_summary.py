@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reports.model import CheckResult, SubjectReport
-from reports.stepsummary import append_step_summary, cause, step_summary
+from reports.stepsummary import append_step_summary, step_summary
 
 
 def result(check_id: str, verdict: str, level: str = "MUST", detail: str = "", required: bool = False) -> CheckResult:
@@ -43,13 +43,18 @@ def test_failures_come_first_and_passes_are_folded() -> None:
     fold = text[folded:]
     assert "<summary>1 passed, 1 n/a</summary>\n\n- DP-A (MUST)" in fold and "- DP-E (MUST)" in fold
     assert "s (defect no-reregister): NOT CONFORMANT" in text
-    assert "MUST check failed: DP-C." in text
+    # The cause names every reason, the deciding one first.
+    assert "1 MUST check failed: DP-C; fakelet itself failed in DP-D; 1 MUST check not exercised: DP-B" in text
     assert "`fakelet-report`" in text
+
+
+def cause(r: SubjectReport) -> str:
+    return r.cause()
 
 
 def test_the_cause_names_what_decided_the_status() -> None:
     assert cause(report(result("A", "pass"), result("B", "not-exercised", required=True))) == (
-        "required check not exercised: B")
+        "--require: 1 required check not exercised: B")
     assert cause(report(result("A", "pass"), result("B", "error"))) == "fakelet itself failed in B"
     assert cause(report(result("A", "pass"), missing=["B"])) == "1 check without a result: B"
     assert cause(report(result("A", "skip", detail="kube-apiserver could not be built"))).startswith(
@@ -60,7 +65,7 @@ def test_the_cause_names_what_decided_the_status() -> None:
         "1 MUST check not exercised: B: no health source")
     stopped = report(result("A", "pass"), missing=["B"])
     stopped.interrupted = True
-    assert cause(stopped) == "the run was stopped by a signal; 1 check(s) have no result"
+    assert cause(stopped) == "stopped by a signal; 1 check without a result: B"
     assert step_summary([stopped]).startswith("## fakelet run: INTERRUPTED (exit 130)")
 
 
@@ -97,3 +102,13 @@ def test_appended_only_when_the_variable_names_a_file(tmp_path: Path, capsys) ->
     missing = tmp_path / "no-such-dir" / "summary"
     assert append_step_summary([r], environ={"GITHUB_STEP_SUMMARY": str(missing)}) is None
     assert "cannot write the step summary" in capsys.readouterr().err
+
+
+def test_a_required_check_not_exercised_says_require_made_it_count() -> None:
+    r = report(result("DP-HLT-01", "pass"), result("DP-HLT-06", "not-exercised", level="SHOULD", required=True,
+                                                   detail="no NVML surface"))
+    r.require = ["DP-HLT"]
+    text = step_summary([r])
+    assert "--require DP-HLT: 1 required check not exercised: DP-HLT-06." in text
+    assert "- **DP-HLT-06** (SHOULD) title of DP-HLT-06: --require DP-HLT: required check not exercised: " \
+           "no NVML surface" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -267,7 +268,7 @@ def test_one_off_flags_change_the_subject() -> None:
                             "skin": "drm"}
     assert spec.env == {"A": "{resource}", "B": "x=y"} and spec.pass_env == ["HOME"]
     assert spec.private_dirs == ["/tmp"] and spec.opaque_ids and spec.inventory_expected
-    assert spec.observes == ["health", "hotplug"]
+    assert spec.observes == ["health", "hotplug"] and spec.observes_from == "--observes"
 
 
 def test_subject_keeps_its_backend_under_a_skin_change() -> None:
@@ -275,6 +276,13 @@ def test_subject_keeps_its_backend_under_a_skin_change() -> None:
     assert spec.backend is not None and spec.backend["skin"] == "drm"
     assert spec.backend["inventory"].endswith("inventories/basic.yaml")
     assert spec.observes == ["health", "temperature", "hotplug"]
+    assert re.fullmatch(r".*reference-dp\.yaml:\d+: backend\.observes", spec.observes_from), spec.observes_from
+
+
+def test_a_subject_that_declares_nothing_leaves_observes_to_inference() -> None:
+    """Defect 8 of issue 39: only a subject that declares nothing may be held to what fakelet infers."""
+    spec = RunConfig.build(subject="reference-nvml").spec
+    assert spec.observes == [] and spec.observes_from == ""
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

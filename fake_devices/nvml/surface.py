@@ -70,6 +70,10 @@ CAPABILITY_CALLS = {
     "hotplug": ("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2"),
     "init": ("nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags"),
 }
+# Capabilities whose calls are an enumeration: every plugin counts its GPUs once at start, so only a process that
+# calls again (a poll) is watching; one call at start says nothing of hotplug.
+POLLED = ("hotplug",)
+POLL_CALLS = frozenset(c for capability in POLLED for c in CAPABILITY_CALLS[capability])
 SOURCE = "nvml"  # the timeline source of the library's calls
 CALL_EVENT, LOAD_EVENT = "nvml.call", "nvml.load"
 LOAD_LINE = "@load"  # a call-log line that is no call: where a process's loader found the library
@@ -187,8 +191,17 @@ class NvmlSurface:
             self.event(devices, device, EVENT_XID, int(value or 0))
 
     def reads(self, capability: str) -> bool:
-        """Whether the plugin used NVML for `capability` (health, temperature, hotplug), by the call log."""
-        return bool(set(self.calls()) & set(CAPABILITY_CALLS[capability]))
+        """Whether the plugin used NVML for `capability` (health, temperature, hotplug), by the call log;
+        a POLLED capability only when one process made its calls more than once."""
+        wanted = set(CAPABILITY_CALLS[capability])
+        if capability not in POLLED:
+            return bool(set(self.calls()) & wanted)
+        per_process: dict[str | None, int] = {}
+        for name, fields in self.log():
+            if name in wanted:
+                pid = fields.get("pid")
+                per_process[pid] = per_process.get(pid, 0) + 1
+        return any(n > 1 for n in per_process.values())
 
     def summary(self) -> str:
         """The call log, counted: "nvmlEventSetWait_v2 x12, nvmlDeviceGetCount_v2 x1" (most called first)."""
@@ -252,6 +265,7 @@ class CallFollower:
         self._offset = self.path.stat().st_size  # calls of an earlier start are not this one's
         self._partial = b""
         self._last: dict[tuple[str, str | None, str | None], tuple[str | None, str | None]] = {}
+        self._polled: set[tuple[str, str | None, str | None]] = set()  # POLLED calls whose repeat is recorded
         self._inotify = INotify()
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fakelet-nvml-calls")
@@ -298,10 +312,15 @@ class CallFollower:
             return
         slot = fields.get("slot")
         key, answer = (name, fields.get("pid"), slot), (fields.get("rc"), fields.get("value"))
+        repeat = key in self._last
         if self._last.get(key, ()) == answer:
-            return  # the same answer to the same caller as last time: a poll, not news
+            if name not in POLL_CALLS or key in self._polled:
+                return  # the same answer to the same caller as last time: a poll, not news
+            self._polled.add(key)  # its first repeat is news: coverage waits for it (NvmlSurface.reads)
         self._last[key] = answer
         data: dict[str, Any] = {"call": name, "pid": pid}
+        if repeat and name in POLL_CALLS:
+            data["repeat"] = True
         if slot is not None:
             data["device"] = self.surface.device_id(slot)
         for field in ("rc", "value"):

@@ -239,6 +239,7 @@ class Overrides:
                 raise ProfileError(f"--observes: subject {spec.name} has no fake device backend; "
                                    "give --inventory or --skin too")
             spec.observes = list(dict.fromkeys(self.observes))
+            spec.observes_from = "--observes"
             spec.inventory_expected = True
         if self.thermal_threshold is not None:
             self._apply_thermal(spec)

@@ -208,9 +208,9 @@ def _take_call_hook(timeline: Timeline, method: str) -> CallHook | None:
     return None
 
 
-class HeldAnswerLost(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc]
-    """What the kubelet's code gets for a call whose answer a scenario held and never let reach it: the kubelet
-    stopped meanwhile (its call dies with it), or the kubelet's own deadline on the call passed."""
+class FailedCall(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc]
+    """A call that failed before or instead of reaching the wire, in the shape grpc gives a failed call: an error
+    that is also its own (done) call and future, as an interceptor's continuation returns it."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         super().__init__(details)
@@ -260,6 +260,11 @@ class HeldAnswerLost(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[mis
 
     def trailing_metadata(self) -> Any:
         return None
+
+
+class HeldAnswerLost(FailedCall):
+    """What the kubelet's code gets for a call whose answer a scenario held and never let reach it: the kubelet
+    stopped meanwhile (its call dies with it), or the kubelet's own deadline on the call passed."""
 
 
 def lost_answer(fault: Fault) -> HeldAnswerLost:

@@ -8,6 +8,7 @@ awaited and what was seen instead.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from harness.instruments.bounds import CUT_KIND, MARKER_ROOM, TAIL_SHARE, TIMELINE_CAP_BYTES, Cut, event_line
 
 
 @dataclass(frozen=True)
@@ -166,23 +169,68 @@ class Timeline:
                 out.append(d)
             return out
 
-    def dump(self, path: str) -> None:
+    def dump(self, path: str, cap_bytes: int = TIMELINE_CAP_BYTES) -> Cut:
         """Write the events as a JSON array, one event a line, streamed: a plugin listing 100,000 devices
         makes each ListAndWatch event megabytes, and a copy of them all would double the check's memory.
         Readers may stop after any line (reports/html.py caps what it embeds). Written beside `path` and
-        renamed, so that an interrupted dump never leaves half a timeline."""
+        renamed, so that an interrupted dump never leaves half a timeline.
+
+        What is written is bounded (harness/instruments/bounds.py): each event's values, and the file at
+        `cap_bytes`, past which the first events and the newest ones are kept around a `timeline.cut` event
+        that counts those left out. The events in memory, which the checks judged, are not touched."""
         with self._cond:
             events = list(self._events)  # the event objects themselves, not copies
+        cut = Cut()
         part = f"{path}.part"
         try:
             with open(part, "w") as f:
                 f.write("[")
-                for n, e in enumerate(events):
-                    record = {"t_ns": e.t_ns, "kind": e.kind, "source": e.source, "data": e.data,
-                              "t_s": round((e.t_ns - self.origin_ns) / 1e9, 6)}
-                    f.write(("\n" if n == 0 else ",\n") + json.dumps(record, default=str))
+                written = 0
+
+                def put(line: str) -> None:
+                    nonlocal written
+                    f.write(("\n" if written == 0 else ",\n") + line)
+                    written += 1
+
+                tail, first_dropped = self._write_bounded(events, put, cap_bytes, cut)
+                if first_dropped is not None:
+                    put(json.dumps({"t_ns": first_dropped, "kind": CUT_KIND, "source": "fakelet",
+                                    "data": {"events": sum(cut.dropped.values()), "kinds": dict(cut.dropped),
+                                             "bytes": cut.not_written, "cap_bytes": cap_bytes},
+                                    "t_s": round((first_dropped - self.origin_ns) / 1e9, 6)}))
+                for line in tail:
+                    put(line)
                 f.write("\n]\n")
             os.replace(part, path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(part)
+        return cut
+
+    def _write_bounded(self, events: list[Event], put: Callable[[str], None], cap_bytes: int,
+                       cut: Cut) -> tuple[list[str], int | None]:
+        """Write events from the first on while they fit in their share of `cap_bytes`; return the lines of
+        the newest of the rest that fit in the tail's share, and the time of the first event left out (None
+        when none was). Those left out are counted in `cut`; at most the tail's share is held in memory."""
+        head_room = cap_bytes - cap_bytes // TAIL_SHARE
+        tail_room = cap_bytes // TAIL_SHARE - MARKER_ROOM
+        used, spilled = 0, False
+        tail: collections.deque[tuple[str, Event]] = collections.deque()
+        first_dropped: int | None = None
+        for event in events:
+            line = event_line({"t_ns": event.t_ns, "kind": event.kind, "source": event.source, "data": event.data,
+                               "t_s": round((event.t_ns - self.origin_ns) / 1e9, 6)}, cut)
+            if not spilled and used + len(line) + 2 <= head_room:
+                put(line)
+                used += len(line) + 2
+                continue
+            spilled = True  # from here on, only the newest are kept: the file stays in time order
+            tail.append((line, event))
+            used += len(line) + 2
+            while tail and used > head_room + tail_room:
+                old, gone = tail.popleft()
+                used -= len(old) + 2
+                cut.dropped[gone.kind] += 1
+                cut.not_written += len(old)
+                first_dropped = gone.t_ns if first_dropped is None else first_dropped
+        return [line for line, _ in tail], first_dropped

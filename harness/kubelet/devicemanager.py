@@ -43,6 +43,7 @@ PLUGIN_DIR_MODE = 0o750  # plugin/v1beta1 server.go Start: os.MkdirAll(s.socketD
 ERR_UNSUPPORTED_VERSION = ("requested API version {version} is not supported by kubelet. "
                            "Supported version is {supported}")
 ERR_INVALID_RESOURCE_NAME = "the ResourceName {name} is invalid"
+SHUTTING_DOWN = "kubelet is shutting down"
 PROBE_TIMEOUT_S = 1.0  # harness observation for DP-REG-01, not a kubelet timer
 
 
@@ -294,14 +295,16 @@ class DeviceManager:
             # DP-REG-01: whether the endpoint spoke gRPC when the kubelet called it inside Register.
             event["options_call"] = {"ok": error is None, "error": error}
         if error is None and self._server is None:
-            error = "kubelet is shutting down"
+            error = SHUTTING_DOWN
         if error is not None:
             if endpoint is not None:
                 endpoint.close()
             self.timeline.record("kubelet.register", "kubelet", accepted=False, error=error, **event)
             context.abort(grpc.StatusCode.UNKNOWN, error)
         assert endpoint is not None and options is not None
-        self._connect(endpoint, options)
+        if not self._connect(endpoint, options):
+            self.timeline.record("kubelet.register", "kubelet", accepted=False, error=SHUTTING_DOWN, **event)
+            context.abort(grpc.StatusCode.UNKNOWN, SHUTTING_DOWN)
         self.timeline.record("kubelet.register", "kubelet", accepted=True, served_options=to_dict(options),
                              endpoint_id=endpoint.id, **event)
         return dp.Empty()
@@ -324,7 +327,7 @@ class DeviceManager:
         """
         endpoint, options, error = self._dial(resource, path)
         if error is None and self._server is None:
-            error = "kubelet is shutting down"
+            error = SHUTTING_DOWN
         if error is not None:
             if endpoint is not None:
                 endpoint.close()
@@ -332,7 +335,10 @@ class DeviceManager:
                                  endpoint=path, accepted=False, error=error)
             return error
         assert endpoint is not None and options is not None
-        self._connect(endpoint, options)
+        if not self._connect(endpoint, options):
+            self.timeline.record("kubelet.connect", "kubelet", instance=self.instance, resource=resource,
+                                 endpoint=path, accepted=False, error=SHUTTING_DOWN)
+            return SHUTTING_DOWN
         self.timeline.record("kubelet.connect", "kubelet", instance=self.instance, resource=resource,
                              endpoint=path, accepted=True, served_options=to_dict(options), endpoint_id=endpoint.id)
         return None
@@ -371,21 +377,35 @@ class DeviceManager:
         """
         return probe_listening(go_join(self.plugin_dir, endpoint))
 
-    def _connect(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> None:
+    def _connect(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> bool:
+        """Make `endpoint` the resource's client and start its stream; False (and it is closed) once stopping."""
         # Upstream (plugin/v1beta1 handler.go connectClient) replaces the client
         # without disconnecting the old one, whose stream keeps feeding the same
         # resource; the device sets stay until the new stream's first list.
         with self._lock:
-            old = self._resources.get(endpoint.resource)
-            state = ResourceState(endpoint=endpoint, options=options)
-            if old is not None:
-                # PluginConnected only swaps the endpoint: the (un)healthy sets stay as
-                # they are (all unhealthy after a disconnect) until the next list.
-                state.devices = dict(old.devices)
-                state.healthy_ids, state.unhealthy_ids = set(old.healthy_ids), set(old.unhealthy_ids)
-                state.stale_endpoints = [e for e in (old.endpoint, *old.stale_endpoints) if e is not None]
-            self._resources[endpoint.resource] = state
+            if self._server is None:
+                # stop() took the endpoints it closes under this lock: one added now would outlive the kubelet.
+                connected = False
+            else:
+                connected = True
+                self._install(endpoint, options)
+        if not connected:
+            endpoint.close()
+            return False
         endpoint.run(self._on_list, self._on_stream_end)
+        return True
+
+    def _install(self, endpoint: Endpoint, options: dp.DevicePluginOptions) -> None:
+        """The resource's state with `endpoint` as its client (under self._lock)."""
+        old = self._resources.get(endpoint.resource)
+        state = ResourceState(endpoint=endpoint, options=options)
+        if old is not None:
+            # PluginConnected only swaps the endpoint: the (un)healthy sets stay as
+            # they are (all unhealthy after a disconnect) until the next list.
+            state.devices = dict(old.devices)
+            state.healthy_ids, state.unhealthy_ids = set(old.healthy_ids), set(old.unhealthy_ids)
+            state.stale_endpoints = [e for e in (old.endpoint, *old.stale_endpoints) if e is not None]
+        self._resources[endpoint.resource] = state
 
     def _on_list(self, endpoint: Endpoint, response: dp.ListAndWatchResponse) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ from harness.instruments.grpcutil import (
     status_of,
     unix_target,
 )
+from harness.instruments.guarded_channel import GuardedChannel
 from harness.instruments.interceptors import RecordingClientInterceptor, list_to_dict
 from harness.instruments.timeline import Timeline
 from harness.wire import dp, dp_grpc
@@ -80,10 +81,12 @@ class Endpoint:
         self.instance = instance
         self.resource, self.socket_path, self.timeline = resource, socket_path, timeline
         self.hang_bound_s = hang_bound_s
-        self._raw = grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS)
+        # Guarded: whichever thread stops the endpoint closes the channel, maybe while this endpoint's
+        # ListAndWatch thread or an admission starts a call on it (a crash in grpc-python otherwise).
+        self._channel = GuardedChannel(grpc.insecure_channel(unix_target(socket_path), options=CHANNEL_OPTIONS))
         # deadlines=False: the timeouts here are fakelet's hang bound, not the kubelet's (it sets none on
         # Allocate), so a held answer waits for its release, as a real kubelet would wait.
-        channel = grpc.intercept_channel(self._raw, RecordingClientInterceptor(timeline, "kubelet", faults,
+        channel = grpc.intercept_channel(self._channel, RecordingClientInterceptor(timeline, "kubelet", faults,
                                                                                deadlines=False))
         self.stub = dp_grpc.DevicePluginStub(channel)
         self.options = dp.DevicePluginOptions()
@@ -95,7 +98,7 @@ class Endpoint:
     def dial(self, timeout_s: float) -> None:
         """Blocking dial with the kubelet's timeout (client.go dial: grpc.WithBlock)."""
         try:
-            grpc.channel_ready_future(self._raw).result(timeout=timeout_s)
+            grpc.channel_ready_future(self._channel.raw).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
             self.close()
             # client.go dial: fmt.Errorf(errFailedToDialDevicePlugin+" %v", ctx.Err())
@@ -207,7 +210,7 @@ class Endpoint:
         self._stopping.set()
         if self._stream is not None:
             self._stream.cancel()
-        self._raw.close()
+        self._channel.close()
 
     def join(self, timeout_s: float) -> None:
         if self._thread is not None and self._thread is not threading.current_thread():

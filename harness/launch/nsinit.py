@@ -128,6 +128,7 @@ class Init:
         self.main: int | None = None  # the main process's pid in this namespace
         self.main_rc: int | None = None
         self.signalled = False  # a stop signal reached the main process while it ran
+        self.session: int | None = None  # the session the plugin starts in (this process's), as `procs` shows it
 
     def report(self, **data: Any) -> None:
         if self.report_fd is None:
@@ -162,8 +163,9 @@ class Init:
         return next((p for p in among if self.procs.ns_pid(p) == ns_pid), None)
 
     def detached(self) -> list[dict[str, Any]]:
+        # Sessions as one procfs shows them: os.getsid() answers in this namespace, the host's procfs in its own.
         return [{"pid": p, "ns_pid": self.procs.ns_pid(p), "cmd": self.procs.cmd(p),
-                 "own_session": self.procs.session(p) not in (None, os.getsid(0))}
+                 "own_session": self.procs.session(p) not in (None, self.session)}
                 for p in self.procs.descendants(self.procs.self_pid())]
 
     def kill_rest(self, sig: int) -> None:
@@ -227,6 +229,7 @@ class Init:
             os.setsid()  # out of the launcher's process group: only the launcher's own signals reach us
         except OSError:
             pass
+        self.session = self.procs.session(self.procs.self_pid())
         if os.getpid() != 1:
             # Run outside a PID namespace (by hand): adopt orphans anyway, so that "no
             # process left" still means every descendant.

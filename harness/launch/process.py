@@ -51,8 +51,11 @@ KILL_GRACE_S = 1.0  # teardown: after SIGTERM, how long before SIGKILL (DP-ROB-0
 HELPER_READY_S = 10.0  # a signal waits this long for the PID-1 helper to run (Python start-up on a loaded machine)
 THREAD_JOIN_S = 2.0  # the subject is gone: its report and output pipes are at EOF, or about to be
 PROBE_S = 10.0  # `unshare ... true`
-LOG_CAP_BYTES = 8 * 1024 * 1024  # per start: a chatty plugin's 200 MB of output is not kept whole
-LOG_TAIL_BYTES = 64 * 1024  # the newest output kept past the cap, and what a tail reads
+# Per log file, across the subject's starts (a check that restarts a flooding plugin adds nothing past it):
+# a chatty plugin's 200 MB of output is not kept whole.
+LOG_CAP_BYTES = 8 * 1024 * 1024
+LOG_TAIL_BYTES = 64 * 1024  # the newest output of a start, kept past the cap, and what a tail reads
+LOG_TAILS_BYTES = 1024 * 1024  # room past the cap for those: the file stays under the sum, however many starts
 # What a container has of its own (kubelet mounts none of these from the host unless a
 # pod asks): a plugin writing there must not write into the host.
 CONTAINER_PRIVATE_DIRS = ("/tmp", "/run", "/var/run", "/var/run/cdi", "/etc/cdi")
@@ -128,18 +131,20 @@ CGROUP_JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 126;
 
 
 class _LogPump(threading.Thread):
-    """Copies one start's output into the log, up to LOG_CAP_BYTES; past that keeps only the newest bytes."""
+    """Copies one start's output into the log while the file is under LOG_CAP_BYTES; past that keeps only the
+    newest bytes, written at the end while the file has room (LOG_TAILS_BYTES)."""
 
     def __init__(self, fd: int, path: Path, name: str) -> None:
         super().__init__(daemon=True, name=f"log-{name}")
         self.fd = fd
         self.cut = False
-        self.dropped = 0
-        self._written = 0
+        self.dropped = 0  # bytes past the cap; the newest kept in memory (recent) and, room allowing, at the end
+        self.tail_kept = 0
         self._last = b"\n"
         self._recent = bytearray()
         self._lock = threading.Lock()  # one copier at a time: this thread, or a reader asking for a tail
         self._out = open(path, "ab", buffering=0)  # run() closes it when the pipe is done
+        self._written = os.fstat(self._out.fileno()).st_size  # earlier starts' output counts: the cap is the file's
         self._closed = False
 
     def run(self) -> None:
@@ -156,9 +161,12 @@ class _LogPump(threading.Thread):
         finally:
             with self._lock:
                 if self.cut:
-                    self._out.write(f"[fakelet: {self.dropped} more bytes dropped; "
-                                    f"the last {len(self._recent)} follow]\n".encode())
-                    self._out.write(bytes(self._recent))
+                    room = max(LOG_CAP_BYTES + LOG_TAILS_BYTES - os.fstat(self._out.fileno()).st_size - 200, 0)
+                    tail = bytes(self._recent[-room:]) if room else b""
+                    self._out.write(f"[fakelet: {self.dropped} more bytes dropped; the last {len(tail)} follow"
+                                    f"{'' if len(tail) == len(self._recent) else ' (the log is full)'}]\n".encode())
+                    self._out.write(tail)
+                    self.tail_kept = len(tail)
                 self._out.close()
                 os.close(self.fd)
                 self._closed = True
@@ -222,6 +230,7 @@ class ProcessLauncher:
         self.starts = 0
         self.main_exits: list[dict[str, Any]] = []  # every start's main-process exit, as the helper reported it
         self._run: _Run | None = None
+        self._pumps: list[_LogPump] = []  # every start's, for what the log file did not keep
         self._ns: tuple[list[str], bool] | None = None
         self._no_pid_ns: str | None = None  # why the subject runs without a PID namespace
         self._cgroup: cgroups.Cgroup | None = None  # the current start's
@@ -323,6 +332,7 @@ class ProcessLauncher:
                     os.close(fd)
         self.starts += 1
         run = _Run(self.starts, proc, _LogPump(log_r, self.log_path, self.name), offset, report_r)
+        self._pumps.append(run.pump)
         self._run = run
         self.timeline.record("process.start", self.name, pid=proc.pid, start=self.starts)
         run.threads.append(run.pump)
@@ -562,13 +572,18 @@ class ProcessLauncher:
                 f"process{'es' if len(procs) != 1 else ''}: [{shown}]{again}; "
                 "in a DaemonSet the container would have ended with its main process")
 
+    @property
+    def log_dropped(self) -> int:
+        """Bytes of the subject's output, over all its starts, that its log file did not keep."""
+        return sum(p.dropped - p.tail_kept for p in self._pumps)
+
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the current start's output (stdout and stderr, merged)."""
         run = self._run
         if run is None:
             return ""
         run.pump.drain()
-        if run.pump.cut and run.pump.is_alive():
+        if run.pump.cut:  # the newest output is in memory: the file may have had no room left for it
             data = run.pump.recent()
         else:
             try:

@@ -42,7 +42,7 @@ from harness.launch.owners import PREFIX as OWNED_PREFIX
 from harness.launch.process import die_with_parent
 from harness.launch.reaper import reap
 from harness.node.real import runtime as node_runtime
-from harness.run import certify, explorecli, fidelity, matrix, scheduler, shards
+from harness.run import certify, explorecli, fidelity, matrix, scheduler, shards, subjectcli
 from harness.run import doctor as doctorcli
 from harness.run import prebuild as prebuildcli
 from harness.run.stopping import StopSignals
@@ -52,6 +52,7 @@ from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
 from reports.model import EXIT_CODES, NOT_CONFORMANT, SubjectReport, run_status
 from reports.stepsummary import append_step_summary
+from reports.terminal import report_lines
 from reports.writers import write_all, write_index
 
 # What only some commands use is imported in the function that uses it: harness.controlplane (lightkube),
@@ -279,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--out", default="fakelet-report", help="report directory (default ./fakelet-report)")
     play.set_defaults(seed=None)  # the scenario file's seed unless --seed is given
     sub.add_parser("subjects", help="list the known subjects and their defects")
+    subjectcli.add_parser(sub)
     sub.add_parser("checks", help="list the conformance checks")
     certify.add_parsers(sub)
     explorecli.add_parser(sub, _add_subject_flags, _add_one_off_flags, _add_world_flags)
@@ -312,10 +314,15 @@ def check_jobs(jobs: int | None) -> None:
 
 
 def jobs_for(args: argparse.Namespace, run: RunConfig) -> int:
-    """--jobs as given, or for auto: the longest check alone on one worker, the rest packed beside it."""
-    if args.jobs is not AUTO_JOBS:
-        return int(args.jobs)
+    """--jobs as given, or for auto: the longest check alone on one worker, the rest packed beside it.
+
+    Never more workers than checks: each xdist worker costs about 2 s of CPU to start (scheduler.max_jobs), and
+    one left without a check only delays the run (a 1-check run given --jobs 4 spent 19 s of its 33 bringing
+    up workers at a load of 9).
+    """
     selected = run.checks or list(catalog(run.suite_package))
+    if args.jobs is not AUTO_JOBS:
+        return max(1, min(int(args.jobs), len(selected)))
     key = scheduler.run_key(run.spec.name, run.defect, scheduler.timing_label(run))
     estimate = scheduler.estimates_for(key)
     return scheduler.auto_jobs((estimate(c) for c in selected), known=scheduler.timed_before(key, selected))
@@ -555,30 +562,8 @@ def load_report(out: Path, interrupted: bool = False) -> SubjectReport | None:
     return report
 
 
-def counts(s: dict) -> str:
-    return (f"{s['pass']} pass, {s['fail']} fail, {s['not-exercised']} not exercised, {s['n/a']} n/a, "
-            f"{s['skip']} skip, {s['error']} error")
-
-
 def print_report(report: SubjectReport) -> None:
-    s = report.summary()
-    name = report.subject + (f" [defect {report.defect}]" if report.defect else "")
-    if report.kind == "dra" and report.api_versions:
-        name += " (" + ", ".join(f"{k} {v}" for k, v in report.api_versions.items()) + ")"
-    print(f"\n{name}: {counts(s)} ({report.duration_s:.1f}s, profile {report.profile}, seed {report.seed})")
-    for c in report.checks:
-        first = (c.detail.splitlines() or [""])[0]
-        print(f"  {c.verdict.upper():13} {c.id:10} {c.level:6} {first[:110]}")
-        for note in c.notes:
-            if note.startswith("slow"):
-                print(f"  {'':13} {'':10} {'':6} {note[:110]}")
-        if c.verdict in ("fail", "error"):
-            print(f"        reproduce: {c.repro}")
-    for finding in report.findings:
-        print(f"  finding: {finding}")
-    for hint in report.install_hints():
-        print(f"  to run what was skipped, install: {hint}")
-    print(f"  => {report.coverage_line()}")
+    print("\n".join(report_lines(report)))
 
 
 def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
@@ -1007,15 +992,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
     """The shards of one run as one report directory: verdicts as the unsharded run's, each shard's provenance
     kept."""
     from reports.bundle import load_dir
-    from reports.merge import load_shard, merge
+    from reports.merge import keep_artifacts, load_shard, merge
 
     out = check_out(args.output)
     given = [Path(d) for d in args.shard_dirs]
     if any(out.resolve() == d.resolve() for d in given):
         raise UsageError(f"-o {args.output}: is one of the shards; write the merged report elsewhere")
-    merged = merge([load_shard(d, load_dir) for d in given])
+    shard_dirs = [load_shard(d, load_dir) for d in given]
+    merged = merge(shard_dirs)
     stage = staging_dir(out)
     try:
+        keep_artifacts(shard_dirs, merged, stage)
         if len(merged) == 1:
             write_all(merged[0], stage)
         else:
@@ -1132,6 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "subjects":
             return cmd_subjects()
+        if args.command == "subject":
+            return subjectcli.main(args)
         if args.command == "checks":
             return cmd_checks()
         if args.command == "up":

@@ -18,10 +18,19 @@ from typing import Any
 from harness.config.runconfig import RunConfig, fakelet_version
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable
 from harness.node.real import runtime as node_runtime
+from harness.run import subject_code
 from harness.spec import bundled
 from harness.spec.checks import all_packages, catalog
 from reports.model import FAIL, PASS, SubjectReport
-from reports.provenance import FORMAT, catalog_digest, mark_near_bound, sha256_bytes, sha256_file
+from reports.provenance import (
+    FORMAT,
+    catalog_digest,
+    host_path,
+    mark_near_bound,
+    redact_paths,
+    sha256_bytes,
+    sha256_file,
+)
 
 # The shared control plane's description, handed by `fakelet run` to its check processes.
 PLANE_ENV = "FAKELET_PLANE_PROVENANCE"
@@ -76,34 +85,43 @@ def _file_digest(path: str | None) -> str | None:
 
 
 def subject_facts(run: RunConfig) -> dict[str, Any]:
+    """The subject and the code it ran: its command's files hashed (harness/run/subject_code.py), its binary, its
+    image's ID and digests, its subject file; every path named against an anchor, never this host's own."""
     spec = run.spec
+    where = subject_code.anchors(run)
+    command = run.plugin_cmd or " ".join(spec.command)
     out: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "defect": run.defect,
-                           "command": run.plugin_cmd or " ".join(spec.command), "launcher": spec.launcher}
+                           "command": redact_paths(command, where), "launcher": spec.launcher}
     # Never a build of its own: a subject that could not be built has its checks say so, once.
     binary = run.built_binary()
     if binary:
-        out["binary"] = binary
+        out["binary"] = host_path(binary, where)
         out["binary_sha256"] = _file_digest(binary)
     image = run.image.ref if run.image is not None else (spec.image if spec.launcher == "container" else None)
     if image:
         out["image"] = image
-        out["image_id"] = image_id(image)
+        out.update(image_facts(image))
     if run.subject_file:
-        out["subject_file"] = run.subject_file
+        out["subject_file"] = host_path(run.subject_file, where)
         out["subject_file_sha256"] = _file_digest(run.subject_file)
+    out.update(subject_code.pin(run, binary))
     return out
 
 
-def image_id(ref: str) -> str | None:
-    """The image's ID as the engine the run used holds it; None when no engine answers (none is started)."""
+def image_facts(ref: str) -> dict[str, Any]:
+    """`image_id` (the engine's ID of the image, the digest of its config: what `docker image inspect` calls Id)
+    and `image_digests` (its registry digests, RepoDigests, when it came from a registry); the ID None when no
+    engine answers (none is started)."""
     try:
         from harness.launch.containers.engine import client, unavailable
 
         if unavailable() is not None:
-            return None
-        return str(client().images.get(ref).id)
+            return {"image_id": None}
+        found = client().images.get(ref)
+        digests = sorted(str(d) for d in found.attrs.get("RepoDigests") or [])
+        return {"image_id": str(found.id), "image_digests": digests}
     except Exception:  # any engine trouble leaves the ID unknown, never the report unwritten
-        return None
+        return {"image_id": None}
 
 
 def kubelet_facts(run: RunConfig, report: SubjectReport) -> dict[str, Any]:
@@ -116,7 +134,8 @@ def kubelet_facts(run: RunConfig, report: SubjectReport) -> dict[str, Any]:
             from harness.node.real.localnode import find_kubelet
 
             path, version = find_kubelet(run.kubelet_version.name)
-            out.update(version=version, binary=str(path), binary_sha256=_file_digest(str(path)))
+            out.update(version=version, binary=host_path(path, subject_code.anchors(run)),
+                       binary_sha256=_file_digest(str(path)))
     return out
 
 
@@ -163,12 +182,13 @@ def hardware_facts(run: RunConfig) -> dict[str, Any]:
     if not inventory:
         return {}
     skin = backend.get("skin", "")
+    named = host_path(inventory, subject_code.anchors(run))
     try:
         data = Path(inventory).read_bytes()
     except OSError:
-        return {"inventory": inventory, "skin": skin}
+        return {"inventory": named, "skin": skin}
     # One digest of what the plugin saw: the inventory's bytes and the layout it was laid out in.
-    return {"inventory": inventory, "inventory_name": Path(inventory).stem, "skin": skin,
+    return {"inventory": named, "inventory_name": Path(inventory).stem, "skin": skin,
             "inventory_sha256": sha256_bytes(data), "sha256": sha256_bytes(data + b"\0skin=" + skin.encode())}
 
 

@@ -43,6 +43,7 @@ from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.run import provenance, scheduler
 from harness.run.stopping import OrphanBackstop, StopSignals
+from harness.run.worker_death import worker_died
 from harness.spec import bundled
 from harness.spec.checks import (
     KIND_REASON,
@@ -57,7 +58,7 @@ from harness.spec.checks import (
 from harness.spec.subjects import DEVICE_IDS, KINDS, SKINS, ProfileError
 from harness.world.draenv import DRAEnv
 from harness.world.env import DPEnv, SubjectUnavailable
-from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport, merge_facts
+from reports.model import ERROR, FAIL, PASS, SKIP, CheckResult, SubjectReport, merge_facts, requires
 from reports.model import NOT_APPLICABLE as NA
 from reports.model import NOT_EXERCISED as NOT_EXERCISED_VERDICT
 from reports.writers import write_all
@@ -210,6 +211,7 @@ class Collector:
         self.findings: list[str] = []
         self.cleanup: list[str] = []
         self.interrupted = False
+        self.died: dict[str, str] = {}  # check ID -> how its worker died (pytest_handlecrashitem)
         # Installed at session start, in this process and in each xdist worker.
         self.backstop = OrphanBackstop(ORPHAN_GRACE_S)
         self.stop = StopSignals(on_first=self.backstop)
@@ -452,9 +454,10 @@ class Collector:
         if mark is not None:
             verdict, detail, install = self._verdict(report, call)
             env = item.funcargs.get("dp_env") or item.funcargs.get("dra_env") if hasattr(item, "funcargs") else None
-            if verdict in (FAIL, ERROR) and report.when == "call" and isinstance(env, DPEnv):
-                exited = env.exit_report()
-                detail = f"{detail}\n{exited}" if exited else detail
+            if verdict in (FAIL, ERROR) and report.when == "call" and isinstance(env, DPEnv) \
+                    and "last output:" not in detail:  # a check may quote it itself (DP-RST's restart cycle)
+                said = env.failure_output(call.excinfo.value if call.excinfo is not None else None)
+                detail = f"{detail}\n{said}" if said else detail
             if len(detail) > DETAIL_CAP_CHARS:  # a plugin's own strings can be huge: keep the report readable
                 cut = len(detail) - DETAIL_CAP_CHARS
                 detail = f"{detail[:DETAIL_CAP_CHARS]}\n[fakelet: detail cut, {cut} more characters]"
@@ -600,7 +603,16 @@ class Collector:
         for c in self.results.values():
             if c.verdict == PENDING:
                 c.verdict, c.repro = ERROR, self.run.repro(c.id)
-                c.detail = "no result: the check's process ended before its verdict (crashed or interrupted)"
+                c.detail = self.died.get(c.id) or ("no result: the check's process ended before its verdict "
+                                                   "(crashed or interrupted)")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """The xdist controller, on a worker that died running `crashitem`: say how in its checks' details."""
+        if self._run is not None:
+            said = worker_died(getattr(report, "node", None))
+            for check_id in check_ids_of([crashitem], self.run.suite_package):
+                self.died[check_id] = said
 
     def subject_report(self) -> SubjectReport:
         self._finalize()
@@ -613,7 +625,7 @@ class Collector:
             started_at=self.started_at, duration_s=round(time.monotonic() - self.started, 3),
             checks=sorted(self.results.values(), key=lambda c: (c.id, order[c.id])),
             missing=missing, interrupted=self.interrupted, facts=dict(self.facts), findings=list(self.findings),
-            cleanup=list(self.cleanup), suite=self.run.suite)
+            cleanup=list(self.cleanup), suite=self.run.suite, require=list(self.run.require))
 
     def api_versions(self) -> dict[str, str]:
         if not self.run.spec.is_dra:
@@ -705,7 +717,7 @@ def report_env(request: pytest.FixtureRequest, env: DPEnv) -> None:
 
 def required(check_id: str, require: list[str]) -> bool:
     """--require takes check IDs and areas: `DP-HLT` requires DP-HLT-01 ... DP-HLT-05."""
-    return any(check_id == r or check_id.startswith(r.rstrip("-") + "-") for r in require)
+    return any(requires(r, check_id) for r in require)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -51,6 +51,11 @@ class Session:
         self.plane: ControlPlane | None = None
 
     def _make_env(self) -> DPEnv:
+        env = self._new_env()
+        env.artifacts_root = self.run.out  # a session's timeline and logs go straight into --out
+        return env
+
+    def _new_env(self) -> DPEnv:
         run = self.run
         if not run.spec.is_dra:
             return DPEnv(run.spec, run.profile, run.defect, run.seed, run.resolve_binary(), artifacts=run.out)

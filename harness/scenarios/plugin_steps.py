@@ -41,6 +41,8 @@ class PluginSteps(StageState):
             # whether or not the subject has fake hardware. Later starts only start the subject.
             self.env.start_subject()
             self.tell(f"plugin started{'' if self.env.node.running else ' (no kubelet.sock yet)'}")
+            if self.armed_rejects and self.env.node.running:
+                self._after_rejection()  # a rejection armed before the kubelet started, which then had no plugin
         elif op == "stop":
             subject.stop()
             self.tell("plugin stopped (SIGTERM)")

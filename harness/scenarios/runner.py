@@ -151,6 +151,8 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
     stage: Stage | None = None
     try:
         env = _environment(run, plane, why, node, artifacts)
+        if run.out:
+            env.artifacts_root = Path(run.out) / "artifacts"  # the budget is the run's, not one scenario run's
         if plane is not None:
             report.facts["control plane"] = plane.describe()
         stage = Stage(env, say)

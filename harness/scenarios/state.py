@@ -51,3 +51,7 @@ class StageState:
     def start_kubelet(self, keep_sockets: bool = False) -> None:
         """Start the kubelet with the faults armed for it (wire_steps.py)."""
         raise NotImplementedError
+
+    def _after_rejection(self) -> None:
+        """Follow up the rejections armed on a kubelet once the plugin can call it (wire_steps.py)."""
+        raise NotImplementedError

@@ -164,6 +164,9 @@ class SubjectSpec:
     # loaded), skin, and which of its changes the plugin can see (health, temperature, hotplug).
     backend: dict[str, str] | None = None
     observes: list[str] = field(default_factory=list)
+    # Where `observes` was declared (file:line: field, --observes); "" when nothing was: only then may a check
+    # infer what the plugin watches from what it reads.
+    observes_from: str = ""
     thermal: tuple[float, float] = DEFAULT_THERMAL
     thermal_from: str = ""  # where the plugin's limit came from (file:line: field, a flag); "" for fakelet's default
     # How often the plugin polls its health source (backend.poll_s), when the subject says: coverage
@@ -416,6 +419,7 @@ NUMBER = Field((int, float))
 STRINGS = Field((list,), items=STR)
 OBSERVES = Field((list,), items=Field((str,), choices=OBSERVABLES))
 
+# What each field means, its default and an example: subject_fields.py FIELDS (a new field needs an entry there).
 SCHEMA: dict[str, Field] = {
     "name": Field((str,), required=True, check=_subject_name),
     "kind": Field((str,), required=True, choices=KINDS),
@@ -593,20 +597,33 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
                                            "{dp_uuids} in args or env")
 
 
-def check_subject_doc(doc: YamlDoc, where: str) -> None:
-    """Raise a ProfileError for the first problem, as `file:line: field: message`."""
+def subject_problems(doc: YamlDoc, where: str) -> list[str]:
+    """Every schema and cross-field problem of a subject document, each as `file:line: field: message`."""
     if not isinstance(doc.data, dict):
-        raise ProfileError(f"{where}: a subject file must be a mapping of fields, got {_got(doc.data)}")
+        return [f"{where}: a subject file must be a mapping of fields, got {_got(doc.data)}"]
     errors = _Errors()
     for key, line in doc.duplicates:
         errors.add(key, f"given twice (again at line {line})")
     _check_mapping(doc.data, SCHEMA, "", errors)
     if not errors:
         _check_rules(doc.data, errors)
-    if errors:
-        path, message = errors[0]
-        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-        raise ProfileError(f"{locate(where, doc.lines, path)}: {message}{more}")
+    else:
+        # The rules read fields as the schema shapes them; over a malformed one they may trip, and then the
+        # schema's problems are the ones to fix first.
+        rules = _Errors()
+        with contextlib.suppress(TypeError, AttributeError, KeyError):
+            _check_rules(doc.data, rules)
+            errors += [rule for rule in rules if rule not in errors]
+    return [f"{locate(where, doc.lines, path)}: {message}" for path, message in errors]
+
+
+def check_subject_doc(doc: YamlDoc, where: str) -> None:
+    """Raise a ProfileError for the first problem, as `file:line: field: message`."""
+    problems = subject_problems(doc, where)
+    if problems:
+        n = len(problems) - 1
+        more = f" (and {n} more problem{'s' if n > 1 else ''})" if n else ""
+        raise ProfileError(f"{problems[0]}{more}")
 
 
 def locate(where: str, lines: dict[str, int], path: str) -> str:
@@ -683,13 +700,15 @@ def _devices(doc: dict[str, Any]) -> dict[str, Any]:
 def _backend(doc: dict[str, Any], base_dir: Path | None, where: str, lines: dict[str, int]) -> dict[str, Any]:
     backend = doc.get("backend")
     if backend is None:
-        return {"backend": None, "observes": list(doc.get("observes") or [])}
+        return {"backend": None, "observes": list(doc.get("observes") or []),
+                "observes_from": locate(where, lines, "observes") if "observes" in doc else ""}
     inventory = resolve_inventory(backend["inventory"], base_dir,
                                   locate(where, lines, "backend.inventory"))
     thermal = backend.get("thermal") or {}
     origin = f"{locate(where, lines, 'backend.thermal')} (the subject file)" if "thermal" in backend else ""
     return {"backend": {"inventory": inventory, "skin": backend.get("skin", DEFAULT_SKIN)}, "thermal_from": origin,
             "observes": list(backend.get("observes") or []),
+            "observes_from": locate(where, lines, "backend.observes") if "observes" in backend else "",
             "poll_s": float(backend["poll_s"]) if "poll_s" in backend else None,
             "thermal": (float(thermal.get("threshold_c", DEFAULT_THERMAL[0])),
                         float(thermal.get("hysteresis_c", DEFAULT_THERMAL[1])))}
@@ -748,6 +767,22 @@ def load_subject_file(path: Path | str) -> SubjectSpec:
     doc = load_yaml(path)
     check_subject_doc(doc, str(path))
     return _spec(doc.data, str(path), doc.lines, path.resolve().parent)
+
+
+def check_subject_file(path: Path) -> tuple[SubjectSpec | None, list[str]]:
+    """Every problem `load_subject_file` could raise one at a time: YAML, schema, cross-field rules, then (on a
+    document that passed those) the inventory and Go module it names. The spec too, when there is none."""
+    try:
+        doc = load_yaml(path)
+    except ProfileError as err:
+        return None, [str(err)]
+    problems = subject_problems(doc, str(path))
+    if problems:
+        return None, problems
+    try:
+        return _spec(doc.data, str(path), doc.lines, path.resolve().parent), []
+    except ProfileError as err:
+        return None, [str(err)]
 
 
 def profile_paths() -> dict[str, Path]:

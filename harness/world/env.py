@@ -21,14 +21,16 @@ from fake_devices.levelzero import CAPABILITY_METHODS, LevelZeroSidecar
 from fake_devices.levelzero import DEFAULT_SOCKET as LEVELZERO_SOCKET
 from fake_devices.model import Inventory
 from fake_devices.nvml.surface import CALL_EVENT as NVML_CALL_EVENT
-from fake_devices.nvml.surface import CAPABILITY_CALLS
+from fake_devices.nvml.surface import CAPABILITY_CALLS, POLLED
+from harness.instruments import artifacts, logtail
+from harness.instruments.bounds import megabytes
 from harness.instruments.filewatch import FileWatch
 from harness.instruments.teardown import run_all
-from harness.instruments.timeline import Event, Timeline
+from harness.instruments.timeline import Event, Timeline, WaitTimeout
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
 from harness.launch.namespace import NamespaceLauncher, paths_in
-from harness.launch.process import HOST_DEVICE_PLUGIN_DIR, ProcessLauncher
+from harness.launch.process import HOST_DEVICE_PLUGIN_DIR, LOG_CAP_BYTES, ProcessLauncher
 from harness.launch.sandbox import Sandbox
 from harness.node.fake import FakeNode
 from harness.node.real.cluster import ClusterNode
@@ -66,6 +68,10 @@ SERVER_FOLLOW_WAKE_S = 0.5  # the server follower checks this often whether the 
 COVERAGE_POLLS = 2  # poll periods coverage waits for a first read, when the subject declares its period
 # Rejections no retry can fix: the plugin asked for something the kubelet never accepts.
 PERMANENT_REJECTIONS = ("is not supported by kubelet", "is invalid")
+# The plugin's last output a failure's detail quotes: enough for a stack trace's end, bounded for the report.
+LAST_OUTPUT_LINES = 20
+LAST_OUTPUT_BYTES = 2048
+OUTPUT_LINE_CHARS = 300
 
 
 def reads_event(event: Event, capability: str, surface: str | None = None) -> bool:
@@ -74,7 +80,8 @@ def reads_event(event: Event, capability: str, surface: str | None = None) -> bo
     if event.kind == READ_EVENT and surface in (None, "sysfs"):
         return capability == "hotplug" or event.get("group") == capability
     if event.kind == NVML_CALL_EVENT and surface in (None, "nvml"):
-        return event.get("call") in CAPABILITY_CALLS[capability]
+        return event.get("call") in CAPABILITY_CALLS[capability] and (capability not in POLLED
+                                                                       or bool(event.get("repeat")))
     if event.kind == "levelzero.call" and surface in (None, "levelzero"):
         return event.get("method") == CAPABILITY_METHODS.get(capability)
     return False
@@ -116,6 +123,8 @@ class DPEnv:
         self.facts: dict[str, Any] = {}  # per subject: files read, mapping, device nodes
         self.findings: list[str] = []  # per subject: e.g. detached processes
         self.cleanup: list[str] = []  # what containment had to clean up after the plugin
+        # The run's artifacts dir, bounded as a whole (harness/instruments/artifacts.py); default: artifacts' parent.
+        self.artifacts_root: Path | None = None
         self._device_map: DeviceMap | None = None
         self._closing = threading.Event()
         self._server_follower: threading.Thread | None = None  # finds who serves the plugin's socket
@@ -369,13 +378,20 @@ class DPEnv:
     def _keep_artifacts(self) -> None:
         if self.artifacts is None:
             return
-        self.artifacts.mkdir(parents=True, exist_ok=True)
-        self.timeline.dump(str(self.artifacts / "timeline.json"))
-        if self.subject.log_path.exists():
-            shutil.copyfile(self.subject.log_path, self.artifacts / "subject.log")
-        for log in ("kubelet.log", "containerd.log"):  # the real node's
-            if (self.sandbox.path / "node" / log).is_file():
-                shutil.copyfile(self.sandbox.path / "node" / log, self.artifacts / log)
+        logs = {"subject.log": self.subject.log_path,
+                **{log: self.sandbox.path / "node" / log for log in ("kubelet.log", "containerd.log")}}  # a real node's
+        root = self.artifacts_root or self.artifacts.parent
+        said = artifacts.keep_check(self.artifacts, root, self.timeline, logs)
+        dropped = getattr(self.subject, "log_dropped", 0)
+        if dropped:
+            said.insert(0, f"subject.log cut: the plugin's output past the log's {LOG_CAP_BYTES // 2**20} MiB cap, "
+                           f"{megabytes(dropped)}, not kept")
+        where = self.artifacts.relative_to(root) if self.artifacts.is_relative_to(root) else self.artifacts
+        for line in said:
+            # On the check, and as a run fact: the report says what its artifacts lack, and where.
+            self.note(f"artifacts: {line}")
+            before = self.facts.get("artifacts cut")
+            self.facts["artifacts cut"] = f"{before}; {where}/{line}" if before else f"{where}/{line}"
 
     def _gather_facts(self) -> None:
         """Subject-level facts for the report: what it read of the fake hardware, what it left running."""
@@ -548,7 +564,7 @@ class DPEnv:
             self.note(f"slow: {what} after {took:.1f}s, within the kubelet's {bound_s:g}s bound "
                       f"(the {self.profile.name} profile's budget is {self.profile.budget_s:g}s)")
 
-    def exit_report(self, lines: int = 12) -> str:
+    def exit_report(self) -> str:
         """When the plugin exited on its own during the check: its exit and its last output lines."""
         exits = [e for e in self.timeline.events(kind="process.exit") if self.is_mine(e)]
         signalled = {e.get("pid") for e in self.timeline.events(kind="process.signal") if self.is_mine(e)}
@@ -556,13 +572,33 @@ class DPEnv:
         if not own:
             return ""
         first = own[0]
-        tail = self.subject.log_tail(lines).strip()
-        said = "\n".join("    " + line[:300] for line in tail.splitlines()) if tail else "    (no output)"
         judged = self.plugin_exit(first)
         # A wrapper that daemonized the plugin exits 0 at once: what counts is the exit of what it left.
         what = judged[1] if judged is not None and "its wrapper" in judged[1] else \
             f"the plugin exited with code {first.get('returncode')} at {self.at(first)}"
-        return f"{what}; its last output:\n{said}"
+        return f"{what}; its last output:\n{self.last_output()}"
+
+    def failure_output(self, failure: BaseException | None) -> str:
+        """What a failed check's detail adds of the plugin: its exit and last output when it exited; its last
+        output when the check waited in vain (a WaitTimeout, raised or behind the failure), as the plugin may
+        have said why ("Retrying in 30s")."""
+        exited = self.exit_report()
+        if exited:
+            return exited
+        cause = failure
+        while cause is not None and not isinstance(cause, WaitTimeout):
+            cause = cause.__cause__ or cause.__context__
+        return f"the plugin's last output:\n{self.last_output()}" if cause is not None else ""
+
+    def last_output(self) -> str:
+        """The plugin's last output lines, stdout and stderr as its log has them across its starts (a start that
+        said nothing hides nothing an earlier one said), indented and bounded for a detail."""
+        newest = self.subject.log_tail(LAST_OUTPUT_LINES).strip()  # drains the plugin's pipe into the log first
+        text = logtail.tail(self.subject.log_path, LAST_OUTPUT_LINES, LAST_OUTPUT_BYTES).strip()
+        if newest and not text.endswith(newest.splitlines()[-1]):
+            # Past the log's cap the newest output is only in memory: it is the one that tells.
+            text = "\n".join(logtail.cut_lines(newest, LAST_OUTPUT_BYTES))
+        return "\n".join("    " + line[:OUTPUT_LINE_CHARS] for line in text.splitlines()) if text else "    (no output)"
 
     # -- the process that serves, not its wrapper -----------------------------------
 
@@ -689,13 +725,15 @@ class DPEnv:
     def drives(self, capability: str) -> bool:
         """Whether fakelet can drive `capability` (health, temperature, hotplug) for this plugin.
 
-        Yes when the subject says the plugin observes it, or when a surface shows the plugin read
-        that source of the fake hardware (then it is held to it). Known now, without waiting.
+        Yes when the subject says the plugin observes it, or, when the subject declares nothing, when a surface
+        shows the plugin read that source of the fake hardware (then it is held to it). Known now, without waiting.
         """
         if self.devices is None:
             return False
         if capability in self.spec.observes:
             return True
+        if self.spec.observes_from:
+            return False  # what the subject declares wins over what fakelet would infer
         via = self.read_via(capability)
         if via is not None:
             self.note(READ_NOTES[via].format(capability=capability))
@@ -776,6 +814,10 @@ class DPEnv:
             return
         if self.devices is None:
             not_exercised("fakelet drives no fake hardware for this subject (give it --inventory or a backend)")
+        if self.spec.observes_from:
+            declared = ", ".join(self.spec.observes) or "nothing"
+            not_exercised(f"the subject declares it does not watch {capability} ({self.spec.observes_from}: "
+                          f"[{declared}])")
         self.await_read(capability, since_ns=since_ns)
         if self.drives(capability):
             return

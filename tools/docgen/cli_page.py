@@ -80,6 +80,17 @@ def _arguments(parser: argparse.ArgumentParser) -> list[list[str]]:
     return rows
 
 
+def _exit_codes(path: list[str]) -> list[str]:
+    """The command's exit codes (harness/run/exitcodes.py), when it has its own: a parent of subcommands has none."""
+    from harness.run import exitcodes
+
+    command = " ".join(path[1:])
+    if command not in exitcodes.COMMANDS:
+        return []
+    return ["Exit codes:", "", *table(["exit code", "when"], [[f"**{code_}**", cell(when)] for code_, when in
+                                                             exitcodes.of(command).items()])]
+
+
 def _command(path: list[str], helptext: str, parser: argparse.ArgumentParser, own: dict, out: list[str]) -> None:
     name = " ".join(path)
     level = "#" * min(len(path) + 1, 4)
@@ -92,6 +103,7 @@ def _command(path: list[str], helptext: str, parser: argparse.ArgumentParser, ow
     rows = _arguments(parser)
     if rows:
         out += table(["argument", "what", "choices", "default"], rows)
+    out += _exit_codes(path)
     for sub_name, sub_help, sub in _subcommands(parser):
         _command([*path, sub_name], sub_help, sub, own, out)
 
@@ -133,11 +145,14 @@ def render() -> str:
     with machine_independent():
         parser = build_parser()
     own = _own_parsers()
+    from harness.run import exitcodes
+
     out = header("CLI reference", "the argparse parsers of harness/run/commands.py, harness/run/certify.py, "
-                 "fake_devices/cli.py and harness/run/sessioncli.py",
+                 "fake_devices/cli.py and harness/run/sessioncli.py, and harness/run/exitcodes.py",
                  "Every command and flag of `fakelet`, as its parser defines it. `fakelet COMMAND --help` "
                  "prints the same on the terminal. Bad input to any command is one line naming the flag or "
-                 "file, and exit 2, before anything starts.")
+                 "file, and exit 2, before anything starts. Each command's exit codes follow its flags "
+                 "(harness/run/exitcodes.py).")
     commands = _subcommands(parser)
     out += ["| command | what |", "| --- | --- |"]
     out += [f"| [`fakelet {n}`](#fakelet-{n}) | {cell(h)} |" for n, h, _ in commands]
@@ -145,6 +160,9 @@ def render() -> str:
     rows = _arguments(parser)
     if rows:
         out += table(["argument", "what", "choices", "default"], rows)
+    out += ["Exit codes every command shares (each command's table below repeats them, with what they mean "
+            "for it):", ""]
+    out += table(["exit code", "when"], [[f"**{c}**", cell(when)] for c, when in exitcodes.COMMON.items()])
     for name, helptext, sub in commands:
         _command(["fakelet", name], helptext, sub, own, out)
     out += ["## pytest plugin options", "",

@@ -1,8 +1,9 @@
 """docs/reference/report.md: the report's schema, read off reports/model.py and the writers.
 
-Fields and their comments come from the `SubjectReport` and `CheckResult` dataclasses; verdicts,
-statuses, exit codes and the schema version are the module's constants; the files of a report directory
-are the names `reports.writers.write_all` writes.
+Fields and their types come from the `SubjectReport` and `CheckResult` dataclasses, what each means from
+reports/fields.py (which also names `summary`'s and `provenance`'s keys); verdicts, statuses, exit codes and
+the schema version are the model's constants, what they mean reports/fields.py's words; the files of a
+report directory are the names `reports.writers.write_all` writes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 import typing
 from dataclasses import fields
 
-from docgen.markdown import cell, code, field_comments, first_line, header, table
+from docgen.markdown import cell, code, first_line, header, table
 
 
 def _type_name(tp: object) -> str:
@@ -21,13 +22,19 @@ def _type_name(tp: object) -> str:
     return re.sub(r"\b(typing|reports\.model)\.", "", text)
 
 
-def _field_rows(cls: type) -> list[list[str]]:
-    comments = field_comments(cls)
+def _field_rows(cls: type, prefix: str = "") -> list[list[str]]:
+    from reports.fields import FIELDS
+
     hints = typing.get_type_hints(cls)
-    rows = []
-    for f in fields(cls):
-        rows.append([code(f.name), code(_type_name(hints.get(f.name, f.type))), cell(comments.get(f.name, ""))])
-    return rows
+    return [[code(f.name), code(_type_name(hints.get(f.name, f.type))), cell(FIELDS.get(prefix + f.name, ""))]
+            for f in fields(cls)]
+
+
+def _key_rows(prefix: str) -> list[list[str]]:
+    """The described keys under `prefix` (`summary.`, `provenance.`), as paths below it, in FIELDS' order."""
+    from reports.fields import FIELDS
+
+    return [[code(path.removeprefix(prefix)), cell(what)] for path, what in FIELDS.items() if path.startswith(prefix)]
 
 
 def _written_files() -> list[str]:
@@ -44,6 +51,7 @@ def _written_files() -> list[str]:
 
 def render() -> str:
     from reports import model
+    from reports.fields import FIELDS, STATUSES, VERDICTS
 
     out = header("Report schema", "reports/model.py and reports/writers.py",
                  first_line(model.__doc__) + f" Schema version {code(model.SCHEMA_VERSION)}.")
@@ -55,14 +63,20 @@ def render() -> str:
             "`repro/<CHECK-ID>.yaml` (a scenario that replays it). With several subjects, the top of `DIR` has a "
             "`report.json` and a `summary.md` over all of them.", ""]
     out += ["## Verdicts (one per check)", ""]
-    out += [f"- {code(v)}" for v in model.VERDICTS]
-    out += ["", "## Run status and exit code", "", "A run's status is the most severe that applies to any "
-            "subject, in this order:", ""]
-    out += table(["status", "exit code"], [[f"**{s}**", str(model.EXIT_CODES[s])] for s in model.SEVERITY])
-    out += ["## `report.json`: one subject (`SubjectReport`)", ""]
+    out += table(["verdict", "what"], [[code(v), cell(VERDICTS.get(v, ""))] for v in model.VERDICTS])
+    out += ["## Run status and exit code", "", "A run's status is the most severe that applies to any "
+            "subject, in this order (`fakelet run`'s exit codes; see the CLI reference for every command's):", ""]
+    out += table(["status", "exit code", "when"], [[f"**{s}**", str(model.EXIT_CODES[s]), cell(STATUSES.get(s, ""))]
+                                                    for s in model.SEVERITY])
+    out += ["## `report.json`: one subject (`SubjectReport`)", "",
+            "With several subjects, the top directory's `report.json` holds one of these per subject.", ""]
     out += table(["field", "type", "what"], _field_rows(model.SubjectReport))
-    empty = model.SubjectReport(subject="x", profile="fast", seed=0).summary()
-    out += [f"`summary` (written beside the fields): {', '.join(code(k) for k in sorted(empty))}.", ""]
-    out += ["## One check (`CheckResult`)", ""]
-    out += table(["field", "type", "what"], _field_rows(model.CheckResult))
+    out += ["### `summary`", "", cell(FIELDS["summary"]), ""]
+    out += table(["key", "what"], _key_rows("summary."))
+    out += ["## One check (`CheckResult`, an entry of `checks`)", ""]
+    out += table(["field", "type", "what"], _field_rows(model.CheckResult, "checks[]."))
+    out += ["## `provenance`", "", cell(FIELDS["provenance"]) + " A key is absent where it does not apply "
+            "(a `binary` for a subject without one, `shards` for a report that was not merged). `a.b` is key `b` "
+            "of object `a`; `a[].b` is key `b` of each entry of list `a`.", ""]
+    out += table(["key", "what"], _key_rows("provenance."))
     return "\n".join(out).rstrip() + "\n"

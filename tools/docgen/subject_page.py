@@ -1,109 +1,132 @@
 """docs/reference/subject-file.md: the subject-file schema, walked from the validator's own tables.
 
-Fields, types, required keys and allowed values come from harness/spec/subjects.py's SCHEMA; the rules
-that span fields are read off `_check_rules` (each condition and the message it gives); placeholders and
-limits are the module's constants; the bundled subjects are fixtures/subjects/*.yaml as the loader reads them.
+Fields, types, required keys and allowed values come from harness/spec/subjects.py's SCHEMA; what each field
+means, its default and an example, what each placeholder expands to and the cross-field rules in words come
+from harness/spec/subject_fields.py (tests/test_subject_fields.py keeps the two in step); limits are the loader's
+constants; the bundled subjects are fixtures/subjects/*.yaml as the loader reads them.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
+from typing import Any
 
 from docgen.markdown import cell, code, header, returned_strings, table
 
 
-def _types(spec: object) -> str:
+def _types(spec: Any) -> str:
     from harness.spec.subjects import _expected
 
-    return _expected(spec.types)  # type: ignore[attr-defined]
+    return str(_expected(spec.types))
 
 
-def _rows(schema: dict, prefix: str, rows: list[list[str]]) -> None:
+def _values(spec: Any) -> str:
+    """What the schema allows beyond the type: choices, item and key rules, the field's own check."""
+    what = []
+    if spec.choices:
+        what.append("one of " + ", ".join(code(c) for c in spec.choices))
+    if spec.items is not None:
+        item = spec.items
+        what.append("each item " + _types(item) +
+                    (" (one of " + ", ".join(code(c) for c in item.choices) + ")" if item.choices else "") +
+                    ("; " + "; ".join(returned_strings(item.check)) if item.check else ""))
+    if spec.values is not None:
+        what.append("each value a mapping with the keys below" if spec.values.keys else
+                    "each value " + _types(spec.values))
+    if spec.key_check is not None:
+        what.append("each key " + "; ".join(returned_strings(spec.key_check)))
+    if spec.check is not None:
+        what.append("; ".join(returned_strings(spec.check)))
+    return "; ".join(what)
+
+
+def schema_paths(schema: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """(field path, Field) for every field the loader accepts, nested ones after their parent; a free key (a
+    defect's name) is NAME."""
+    from harness.spec.subject_fields import NAME
+
+    out: list[tuple[str, Any]] = []
     for name, spec in schema.items():
         path = f"{prefix}{name}"
-        what = []
-        if spec.choices:
-            what.append("one of " + ", ".join(code(c) for c in spec.choices))
-        if spec.items is not None:
-            item = spec.items
-            what.append("each item: " + _types(item) +
-                        (" (one of " + ", ".join(code(c) for c in item.choices) + ")" if item.choices else "") +
-                        ("; " + "; ".join(returned_strings(item.check)) if item.check else ""))
-        if spec.values is not None:
-            what.append("values: mappings with the keys below" if spec.values.keys else
-                        "values: " + _types(spec.values))
-        if spec.key_check is not None:
-            what.append("each key " + "; ".join(returned_strings(spec.key_check)))
-        if spec.check is not None:
-            what.append("; ".join(returned_strings(spec.check)))
-        rows.append([code(path), _types(spec), "yes" if spec.required else "", cell("; ".join(what))])
+        out.append((path, spec))
         if spec.keys:
-            _rows(spec.keys, path + ".", rows)
+            out += schema_paths(spec.keys, path + ".")
         if spec.values is not None and spec.values.keys:
-            _rows(spec.values.keys, path + ".NAME.", rows)
+            out += schema_paths(spec.values.keys, f"{path}.{NAME}.")
+    return out
 
 
-def _rules() -> list[list[str]]:
-    """Each `errors.add(field, message)` of `_check_rules`, with the condition it sits under."""
+def _parents(path: str) -> list[str]:
+    """The parent keys a nested field's example sits under, as YAML lines."""
+    from harness.spec.subject_fields import NAME
+
+    parents = path.split(".")[:-1]
+    return [f"{'  ' * n}{'my-defect' if key == NAME else key}:" for n, key in enumerate(parents)]
+
+
+def _field_section(path: str, spec: Any) -> list[str]:
+    from harness.spec.subject_fields import FIELDS, NAME
+
+    doc = FIELDS[path]
+    depth = min(3 + sum(key != NAME for key in path.split(".")[:-1]), 6)  # a defect's NAME is no level of its own
+    if spec.required or doc.default.startswith("required"):  # always, or under a rule across fields
+        need = f"**{doc.default if not spec.required else 'required'}**"
+    else:
+        need = f"default: {doc.default or 'none'}"
+    facts = [f"*{_types(spec)}*", need]
+    values = _values(spec)
+    out = ["#" * depth + f" `{path}`", "", " · ".join(facts), "", doc.meaning, ""]
+    if values:
+        out += [f"Allowed: {values}.", ""]
+    if doc.example:
+        out += ["```yaml", *_parents(path), doc.example, "```", ""]
+    return out
+
+
+def _placeholder_rows() -> list[list[str]]:
     from harness.spec import subjects
+    from harness.spec.subject_fields import PLACEHOLDER_DOCS
 
-    tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(subjects._check_rules)))
-    rows: list[list[str]] = []
-
-    def visit(node: ast.AST, conditions: list[str]) -> None:
-        if isinstance(node, ast.If):
-            for child in node.body:
-                visit(child, [*conditions, ast.unparse(node.test)])
-            for child in node.orelse:
-                visit(child, [*conditions, f"not ({ast.unparse(node.test)})"])
-            return
-        if isinstance(node, ast.For):
-            for child in node.body:
-                visit(child, [*conditions, f"{ast.unparse(node.target)} in {ast.unparse(node.iter)}"])
-            return
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
-                isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "add":
-            field_node, message = node.value.args[0], node.value.args[1]
-            where = field_node.value if isinstance(field_node, ast.Constant) else ast.unparse(field_node)
-            text = message.value if isinstance(message, ast.Constant) else ast.unparse(message)
-            rows.append([code(where or "(the file)"), code(" and ".join(conditions)), cell(text)])
-            return
-        for child in ast.iter_child_nodes(node):
-            visit(child, conditions)
-
-    for statement in tree.body[0].body:  # type: ignore[attr-defined]
-        visit(statement, [])
+    rows = []
+    for name, meaning in PLACEHOLDER_DOCS.items():
+        if name in subjects.DP_PLACEHOLDERS:
+            where = "every subject"
+        elif name in subjects.DRA_PLACEHOLDERS:
+            where = "DRA drivers"
+        elif name == subjects.POD_UID_PLACEHOLDER:
+            where = "`rolling_update` of a DRA driver"
+        else:
+            where = "`device_plugin_beside` of a DRA driver"
+        rows.append([code("{" + name + "}"), where, cell(meaning), cell(subjects.EMPTY_OK.get(name, ""))])
     return rows
 
 
 def render() -> str:
     from harness.spec import subjects
+    from harness.spec.subject_fields import MINIMAL_EXAMPLE, RULES
 
-    out = header("Subject-file schema", "harness/spec/subjects.py (SCHEMA, _check_rules, PLACEHOLDERS) and "
-                 "fixtures/subjects/",
+    out = header("Subject-file schema", "harness/spec/subjects.py (SCHEMA, PLACEHOLDERS), "
+                 "harness/spec/subject_fields.py and fixtures/subjects/",
                  "A subject file describes one plugin or DRA driver: how to launch it, what it registers, the fake "
                  "hardware it gets. `fakelet run --subject-file PATH` takes one of your own; the bundled ones are "
                  "`fixtures/subjects/*.yaml`. It is validated before anything starts, and every problem names the "
                  "file, line and field (`my.yaml:7: devices: must be a mapping, got str`), with a did-you-mean for "
                  "unknown fields.")
-    out += ["## Fields", ""]
-    rows: list[list[str]] = []
-    _rows(subjects.SCHEMA, "", rows)
-    out += table(["field", "type", "required", "values"], rows)
-    out += ["## Rules across fields", "",
-            "Checked once every field is well formed. `doc` is the file, `launcher` its launcher "
-            f"(default {code('process')}), `backend` its backend mapping.", ""]
-    out += table(["field", "when", "problem"], _rules())
+    out += ["## A minimal subject file", "", "```yaml", *MINIMAL_EXAMPLE.splitlines(), "```", "",
+            "`fakelet subject check my-plugin.yaml` reports every problem of the file, each with its line and "
+            "field, without starting anything.", ""]
+    out += ["## Fields", "", "Every field the loader accepts; nested fields under their parent. A field not listed "
+            "here is an error.", ""]
+    for path, spec in schema_paths(subjects.SCHEMA):
+        out += _field_section(path, spec)
+    out += ["## Rules across fields", "", "Checked with the fields above; each broken rule is one problem.", ""]
+    out += [f"- {rule}" for rule in RULES] + [""]
     out += ["## Placeholders", "",
-            "Commands, env values, `--plugin-cmd` and `--image-arg` are templates. An unknown placeholder, or one "
-            "this run cannot fill, is an error before the run naming the template (write `{{` and `}}` for "
-            "literal braces).", ""]
-    kinds = sorted(subjects.PLACEHOLDERS)
-    names = sorted({p for k in kinds for p in subjects.PLACEHOLDERS[k]})
-    rows = [[code("{" + n + "}"), *("yes" if n in subjects.PLACEHOLDERS[k] else "" for k in kinds),
-             cell(subjects.EMPTY_OK.get(n, ""))] for n in names]
-    out += table(["placeholder", *kinds, "may render empty when"], rows)
+            "Commands, `defect_args`, `env` values, `mounts` host paths, `rolling_update` and "
+            "`device_plugin_beside` entries, `--plugin-cmd` and `--image-arg` are templates: `{name}` is replaced "
+            "when the subject starts. An unknown placeholder, or one this run cannot fill (`{bin}` without a "
+            "`build` or `--binary`, `{sysfs_root}` without a `backend`), is an error before the run naming the "
+            "template; write `{{` and `}}` for literal braces.", ""]
+    out += table(["placeholder", "for", "expands to", "may be empty when"], _placeholder_rows())
     out += ["## Limits", "", "A subject file is untrusted input; past these it is refused.", ""]
     out += table(["limit", "value"], [
         ["file size", f"{subjects.MAX_YAML_BYTES:,} bytes"],

@@ -206,7 +206,8 @@ class ContainerLauncher:
         run.exit_r, run.exit_w = os.pipe()
         self._run = run
         self._runs.append(run)
-        self._log_bytes = 0  # the cap is per start, as the process launcher's
+        # The cap is the log file's, across starts, as the process launcher's.
+        self._log_bytes = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.timeline.record("process.start", self.name, pid=run.pid, start=run.number, container=run.id[:12],
                              image=self.image)
         run.threads = [threading.Thread(target=self._follow_logs, args=(run,), daemon=True, name=f"logs-{self.name}"),
