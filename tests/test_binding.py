@@ -229,7 +229,7 @@ def test_not_exercised_without_binding_conditions() -> None:
     event = timeline.record("api.slices", "apiserver", devices=["gpu-0"], slices=slices)
     env = SimpleNamespace(need_api=lambda: None, start=lambda: None, wait_dra_registered=lambda: event,
                           wait_allocatable=lambda count: event, timeline=timeline,
-                          profile=SimpleNamespace(reaction_s=0.05))
+                          profile=SimpleNamespace(reaction_s=0.05, quiet_window_s=0.05))
     with pytest.raises(pytest.skip.Exception, match=f"^{NOT_EXERCISED}"):
         published(env)  # type: ignore[arg-type]
 
