@@ -196,7 +196,7 @@ SECTIONS = (("regression", "Regressions (pass -> fail)"), ("improvement", "Impro
 
 
 def _status(r: SubjectReport | None) -> str:
-    return "not in this run" if r is None else r.coverage_line()
+    return "not in this run" if r is None else r.status_line()
 
 
 def _status_and_load(r: SubjectReport | None, bold: str = "") -> str:

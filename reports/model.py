@@ -149,10 +149,6 @@ class SubjectReport:
         causes = self.causes()
         return f"{self.status()} ({'; '.join(causes)})" if causes else self.status()
 
-    def coverage_line(self) -> str:
-        """The status line (status_line), under its older name."""
-        return self.status_line()
-
     def required_unexercised(self) -> dict[str, list[str]]:
         """The required checks not exercised, by the --require pattern that named them ('--require DP-HLT')."""
         out: dict[str, list[str]] = {}

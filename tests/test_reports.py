@@ -55,14 +55,14 @@ def test_not_exercised_is_reported_as_coverage_and_fails_only_when_required() ->
     r = report(result("A", "MUST", "pass"), result("DP-HLT-01", "MUST", "not-exercised", detail=why),
                result("DP-HLT-02", "MUST", "not-exercised", detail=why))
     assert r.status() == CONFORMANT
-    assert r.coverage_line() == f"CONFORMANT (2 MUST checks not exercised: DP-HLT-01, DP-HLT-02: {why})"
+    assert r.status_line() == f"CONFORMANT (2 MUST checks not exercised: DP-HLT-01, DP-HLT-02: {why})"
     required = report(result("A", "MUST", "pass"), result("DP-HLT-01", "MUST", "not-exercised", required=True))
     assert required.status() == NOT_CONFORMANT
 
 
 def test_checks_without_a_result_make_the_run_incomplete() -> None:
     r = report(result("A", "MUST", "pass"), missing=["B"])
-    assert r.status() == INCOMPLETE and "1 check without a result: B" in r.coverage_line()
+    assert r.status() == INCOMPLETE and "1 check without a result: B" in r.status_line()
     assert run_status([r, report(result("A", "MUST", "pass"))]) == INCOMPLETE
     assert EXIT_CODES[INCOMPLETE] == 3
 

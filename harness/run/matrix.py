@@ -114,7 +114,7 @@ def run(args: argparse.Namespace, out: Path, run_one: Callable[..., SubjectRepor
         for cell, config in runs:
             report = run_one(args, config, out / CELLS / cell.slug)
             done.append((cell, report))
-            say(f"{cell.label}: {report.coverage_line()}")
+            say(f"{cell.label}: {report.status_line()}")
     finally:
         if plane is not None:
             plane.stop()

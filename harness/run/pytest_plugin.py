@@ -681,7 +681,7 @@ class Collector:
         terminalreporter.write_line(
             f"fakelet {r.subject}{f' [{r.defect}]' if r.defect else ''}: {s['pass']} pass, {s['fail']} fail, "
             f"{s['not-exercised']} not exercised, {s['n/a']} n/a, {s['skip']} skip, {s['error']} error: "
-            f"{r.coverage_line()}")
+            f"{r.status_line()}")
 
 
 FAKELET_ALLOCATOR = "fakelet's allocator and scheduler (harness/controlplane/allocator.py), not kube-scheduler"
