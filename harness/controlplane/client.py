@@ -43,9 +43,11 @@ MESSAGE_MAX = 300  # characters of a plugin's or server's text kept in an ApiErr
 class ApiError(RuntimeError):
     """The API server answered with an error, or could not be reached (status 0)."""
 
-    def __init__(self, status: int, reason: str, message: str, method: str = "", path: str = "") -> None:
+    def __init__(self, status: int, reason: str, message: str, method: str = "", path: str = "",
+                 body: str = "") -> None:
         self.status, self.reason, self.message = status, reason, message
         self.method, self.path = method, path
+        self.body = body  # a non-Status answer's whole text (e.g. /readyz's check list); message is one cut line
         what = f"{method} {path}: " if method else ""
         code = f"{status} " if status else ""
         super().__init__(f"{what}{code}{reason}: {message}")
@@ -127,7 +129,8 @@ def _status_error(status: int, body: bytes, method: str, path: str) -> ApiError:
         obj = None
     if isinstance(obj, dict) and obj.get("kind") == "Status":
         return ApiError(status, obj.get("reason") or phrase, obj.get("message") or "", method, path)
-    return ApiError(status, phrase, _one_line(body.decode("utf-8", errors="replace")), method, path)
+    text = body.decode("utf-8", errors="replace")
+    return ApiError(status, phrase, _one_line(text), method, path, body=text)
 
 
 class KubeClient:
