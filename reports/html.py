@@ -807,7 +807,7 @@ def verdict_table(report: SubjectReport, reactions: dict[str, float | None]) -> 
     before, after = around_missing(report.checks)
     missing = "".join(f'<tr class="row-error"><td class="id">{escape(m)}</td><td></td><td></td>'
                       f'<td>{badge("no result")}</td><td></td><td></td>'
-                      f'<td class="detail">the check never reported a verdict</td><td></td></tr>'
+                      f'<td class="detail">{escape(report.no_result())}</td><td></td></tr>'
                       for m in report.missing)
     rows = "".join(verdict_row(c, reactions.get(c.id)) for c in before) + missing + \
         "".join(verdict_row(c, reactions.get(c.id)) for c in after)

@@ -118,7 +118,9 @@ class SubjectReport:
     def causes(self) -> list[str]:
         """Why the status is what it is, one clause each, the deciding ones first; then what a status leaves
         uncovered (MUST checks not exercised). Every writer and `fakelet verify` render these, never their own."""
-        parts = ["stopped by a signal"] if self.interrupted else []
+        parts: list[str] = []
+        if self.interrupted:
+            parts.append("stopped by a signal" if self.checks else "stopped by a signal before any check's verdict")
         failed = [c.id for c in self.checks if c.level == "MUST" and c.verdict == FAIL]
         if failed:
             parts.append(f"{_count(failed, 'MUST check')} failed: {', '.join(failed)}")
@@ -169,6 +171,10 @@ class SubjectReport:
         if c.required and c.verdict == NOT_EXERCISED:
             return f"{self.required_by(c.id)}: required check not exercised" + (f": {first}" if first else "")
         return first or c.verdict
+
+    def no_result(self) -> str:
+        """What a check without a result (`missing`) says in every writer."""
+        return "interrupted before its verdict" if self.interrupted else "the check never reported a verdict"
 
     def install_hints(self) -> list[str]:
         return sorted({c.install for c in self.checks if c.verdict == SKIP and c.install})

@@ -24,7 +24,7 @@ def report_lines(report: SubjectReport) -> list[str]:
     before, after = around_missing(report.checks)
     for c in before:
         lines += _check_lines(report, c)
-    lines += [f"  {'NO RESULT':13} {check_id}" for check_id in report.missing]
+    lines += [f"  {'NO RESULT':13} {check_id:10} {'':6} {report.no_result()}" for check_id in report.missing]
     for c in after:
         lines += _check_lines(report, c)
     lines += [f"  finding: {finding}" for finding in report.findings]

@@ -44,7 +44,7 @@ def write_junit(report: SubjectReport, path: Path) -> None:
         _testcase(suite, case_class, report, c)
     for check_id in report.missing:
         case = ET.SubElement(suite, "testcase", classname=case_class, name=check_id, time="0")
-        ET.SubElement(case, "error", message="no result: the check never reported a verdict")
+        ET.SubElement(case, "error", message=f"no result: {report.no_result()}")
     for c in after:
         _testcase(suite, case_class, report, c)
     ET.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
@@ -84,7 +84,7 @@ def markdown(report: SubjectReport) -> str:
                       f"Reproduce: `{c.repro}`", ""]
     lines += ["## Checks", "", "| check | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |"]
     lines += [_row(report, c) for c in before]
-    lines += [f"| {check_id} | | NO RESULT | | the check never reported a verdict |" for check_id in report.missing]
+    lines += [f"| {check_id} | | NO RESULT | | {report.no_result()} |" for check_id in report.missing]
     lines += [_row(report, c) for c in after]
     hints = report.install_hints()
     if hints:

@@ -1,8 +1,9 @@
 """`fakelet explore`: its flags, its model, and proof that it finds bugs and only bugs.
 
-The default run (tox -e py) takes a small sample, each under a minute: two reference device-plugin
-mutants and one DRA mutant found with a fixed seed and replayed as reproduced, and the reference plugin
-with no finding.
+The default run (tox -e py) takes a small sample, each about a minute at most: two reference device-plugin
+mutants (one searching on until its budget is spent, one with --first) and one DRA mutant (--first) found with
+a fixed seed and replayed as reproduced, and the reference plugin with no finding; and, with no subject, the
+keys that keep findings apart, the passes, unconfirmed findings and their report.
 FAKELET_EXPLORE=full (tox -e explore) runs every mutant of the table in docs/explore.md with
 the whole rule set and the table's budget.
 """
@@ -21,14 +22,16 @@ import pytest
 import yaml
 
 from harness.config.runconfig import RunConfig
-from harness.explore import model, repro
-from harness.explore.explorer import Options, explore
-from harness.explore.machine import Finding
-from harness.explore.rules import RULES, applicable, context_of
+from harness.explore import explorer, model, repro
+from harness.explore.explorer import Options, Result, explore
+from harness.explore.findings import Kept, Replay
+from harness.explore.machine import Finding, InvariantBroken, Session, broken, key_of
+from harness.explore.rules import RULES, Context, applicable, context_of
+from harness.reference.multibug import MULTI_BUG, MultiBug
 from harness.run.explorecli import budget_s, rule_names
-from harness.scenarios.schema import REPRODUCED, load
+from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, load
 from harness.spec.subjects import load_subject
-from reports.model import FAIL, NOT_EXERCISED, PASS
+from reports.model import CONFORMANT, EXIT_CODES, FAIL, NOT_CONFORMANT, NOT_EXERCISED, PASS, SubjectReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = os.environ.get("FAKELET_EXPLORE") == "full"
@@ -323,6 +326,226 @@ def test_a_pod_of_an_rwx_device_runs_on_the_fake_node_as_on_the_real_one() -> No
 
 
 
+# -- every finding kept: keys, one exception type a key, passes, unconfirmed findings (no subject runs) -----------
+
+
+def _finding(invariant: str, origins: list[str], at: float = 1.0, duration: float = 1.0) -> Finding:
+    steps = [{"kubelet": "start"} if o != "invariants" else {"expect": {"registered": True}} for o in origins]
+    return Finding(invariant, f"{invariant} broke", steps, origins, [f"line {n}" for n in range(3)], duration, at,
+                   ["plugin: started", "plugin: lost the kubelet"])
+
+
+def _session(first_only: bool = False) -> Session:
+    said: list[str] = []
+    return Session(None, Context(model.DP, frozenset(), (85.0, 5.0)), [], None, "",  # type: ignore[arg-type]
+                   time.monotonic() + 600, said.append, first_only=first_only)
+
+
+def test_a_key_is_the_invariant_and_the_last_rule_before_the_failing_expect() -> None:
+    origins = ["boot", "boot", "held", "kubelet-restart", "invariants", "device-fail", "device-fail", "invariants"]
+    assert key_of("EXP-DP-ALLOCATABLE", origins) == ("EXP-DP-ALLOCATABLE", "device-fail")
+    assert key_of("EXP-DP-CAPACITY", ["boot", "boot", "held"]) == ("EXP-DP-CAPACITY", "boot")
+    assert _finding("EXP-DP-POD", origins).rule_steps() == ["kubelet-restart", "device-fail", "device-fail"]
+
+
+def test_each_key_fails_with_an_exception_type_of_its_own_that_hypothesis_tells_apart() -> None:
+    """hypothesis's InterestingOrigin (its exception type and where it was raised) is what report_multiple_bugs
+    shrinks apart: one type a key, the same every time."""
+    from hypothesis.internal.escalation import InterestingOrigin
+
+    a, b = ("EXP-DP-REGISTERED", "kubelet-restart"), ("EXP-DP-REGISTERED", "plugin-crash")
+    assert broken(a) is broken(a) and broken(a) is not broken(b)
+    assert issubclass(broken(a), InvariantBroken) and broken(a).key == a
+
+    def origin(key: tuple[str, str]) -> InterestingOrigin:
+        try:
+            raise broken(key)("x")
+        except InvariantBroken as err:
+            return InterestingOrigin.from_exception(err)
+
+    assert origin(a) == origin(a) and origin(a) != origin(b)
+
+
+def test_hypothesis_shrinks_each_key_on_its_own_and_reports_every_one() -> None:
+    """Two failures in one machine: with one exception type a key and report_multiple_bugs, both come back, each
+    shrunk to its own minimal example (none slipped into the other, smaller one)."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+
+    class Two(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[int] = []
+
+        @rule(n=st.integers(0, 3))
+        def step(self, n: int) -> None:
+            self.seen.append(n)
+            if n == 1:
+                raise broken(("EXP-A", "one"))("a one")
+            if self.seen.count(3) == 2:
+                raise broken(("EXP-B", "three"))("two threes")
+
+    config = settings(max_examples=500, deadline=None, database=None, derandomize=True, stateful_step_count=10,
+                      suppress_health_check=list(HealthCheck), phases=(Phase.generate, Phase.shrink),
+                      report_multiple_bugs=True, print_blob=False)
+    with pytest.raises(ExceptionGroup) as group:
+        run_state_machine_as_test(Two, settings=config)
+    assert {type(e).key for e in group.value.exceptions} == {("EXP-A", "one"), ("EXP-B", "three")}
+
+
+def test_a_session_keeps_the_shortest_finding_of_each_key_and_leaves_found_keys_alone_in_later_passes() -> None:
+    s = _session()
+    s.begin_pass()
+    long = _finding("EXP-DP-REGISTERED", ["boot", "plugin-crash", "invariants", "kubelet-restart", "invariants"], 9.0)
+    s.record(long)
+    other = _finding("EXP-DP-CAPACITY", ["boot", "device-fail", "invariants"], 12.0)
+    s.record(other)
+    short = _finding("EXP-DP-REGISTERED", ["boot", "kubelet-restart", "invariants"], 20.0)
+    s.record(short)
+    assert list(s.found) == [long.key, other.key] and s.found[long.key] is short
+    assert s.first[long.key] == (5, 9.0) and s.failing == 3  # the first failing sequence's length and time
+    assert s.pass_end is not None and s.end > time.monotonic()  # every key minimal: this pass ends, the search not
+    assert not s.ignored(long.key)  # this pass still shrinks it
+    s.end_pass()
+    s.begin_pass()
+    assert s.ignored(long.key) and s.ignored(other.key) and s.pass_end is None
+    assert not s.ignored(("EXP-DP-POD", "pod-admitted"))
+
+
+def test_first_keeps_one_key_and_ends_the_search_once_it_cannot_be_shorter() -> None:
+    s = _session(first_only=True)
+    s.begin_pass()
+    s.record(_finding("EXP-DP-REGISTERED", ["boot", "plugin-crash", "invariants", "kubelet-restart", "invariants"]))
+    assert s.ignored(("EXP-DP-CAPACITY", "device-fail")) and not s.ignored(("EXP-DP-REGISTERED", "kubelet-restart"))
+    assert not s.over()
+    s.record(_finding("EXP-DP-REGISTERED", ["boot", "kubelet-restart", "invariants"]))
+    assert s.over()
+
+
+@pytest.mark.filterwarnings("ignore:Using `reject` outside a property-based test")
+def test_steps_that_failed_before_fail_again_without_a_node_or_not_at_all_once_found() -> None:
+    """hypothesis runs a failing example again before shrinking it and to report it: the same steps raise their
+    key's exception at once (no node is made); in a later pass, where that key is found already, they are rejected."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    from harness.explore.machine import _key, machine_for
+
+    s = _session()
+    s.begin_pass()
+    steps = [{"kubelet": "start"}, {"plugin": "start"}]
+    failing = {"expect": {"registered": True, "capacity": 4, "allocatable": 4}}
+    key = ("EXP-DP-REGISTERED", "boot")
+    s.record(_finding("EXP-DP-REGISTERED", ["boot", "boot", "held"]))  # as the first failure of those steps did
+    s.passed(steps)
+    s.failed[_key([*steps, failing])] = key
+    m = machine_for(s)()
+    for mapping in steps:
+        m._one("boot", mapping)
+    assert m.stage is None  # held back: those steps held before
+    with pytest.raises(broken(key)):
+        m._one("held", failing)
+    assert m.stage is None and s.nodes == 0
+    s.end_pass()
+    s.begin_pass()
+    again = machine_for(s)()
+    for mapping in steps:
+        again._one("boot", mapping)
+    with pytest.raises(UnsatisfiedAssumption):
+        again._one("held", failing)
+    assert s.again == 1 and s.nodes == 0
+
+
+def _kept(invariant: str, *outcomes: str) -> Kept:
+    f = _finding(invariant, ["boot", "kubelet-restart", "invariants"], 30.0)
+    return Kept(f, 7, 30.0, None, [Replay(o, f"{o}: saw this", [f"replay line {o}"], [f"log {o}"], 2.0)
+                                   for o in outcomes])
+
+
+def test_replays_say_which_one_reproduced() -> None:
+    assert _kept("EXP-DP-REGISTERED", NOT_REPRODUCED, REPRODUCED).replay_said() == "reproduced on replay 2 of 3"
+    never = _kept("EXP-DP-REGISTERED", NOT_REPRODUCED, INCONCLUSIVE, NOT_REPRODUCED)
+    assert not never.confirmed and never.outcome() == NOT_REPRODUCED
+    assert never.replay_said() == "not reproduced in 3 replay(s) (not reproduced, inconclusive, not reproduced)"
+    assert _kept("EXP-DP-REGISTERED").replay_said() == "not replayed (interrupted)"
+
+
+def _report(kept: list[Kept]) -> SubjectReport:
+    """explorer._fill on a session that ran nothing of a subject: the report as a run with these findings ends."""
+    s = _session()
+    s.examples, s.judged = 12, {i for i in model.INVARIANTS if i.startswith("EXP-DP")}
+    s.passes = 2
+    result = Result(SubjectReport(subject="x", profile="fast", seed=1), kept)
+    explorer._fill(result.report, result, s, Options(60, 1), time.monotonic(), Path("/out"), Path("/out"))
+    return result.report
+
+
+def test_an_unconfirmed_finding_is_no_verdict_and_keeps_its_evidence() -> None:
+    """A correct plugin with a failure no replay showed again: exit 0, its check passes saying so, and the evidence
+    of both sides (the failing example's timeline and plugin log, each replay's) is in the check's notes."""
+    kept = _kept("EXP-DP-REGISTERED", NOT_REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+    report = _report([kept])
+    assert report.status() == CONFORMANT and EXIT_CODES[report.status()] == 0
+    check = next(c for c in report.checks if c.id == "EXP-DP-REGISTERED")
+    assert check.verdict == PASS and "UNCONFIRMED" in check.detail
+    notes = "\n".join(check.notes)
+    for seen in ("the failing example: timeline", "  line 2", "the failing example: the plugin's log",
+                 "  plugin: lost the kubelet", "replay 3: timeline", "  replay line inconclusive",
+                 "replay 1: the plugin's log", "  log not reproduced"):
+        assert seen in notes, seen
+    assert report.findings and report.findings[0].startswith("UNCONFIRMED explore finding EXP-DP-REGISTERED after "
+                                                             "kubelet-restart")
+    facts = report.facts["explore"]
+    assert facts["confirmed"] == 0 and facts["findings"][0]["confirmed"] is False
+    assert facts["findings"][0]["replays_tried"] == 3 and facts["replay"] == INCONCLUSIVE  # the last one
+
+
+def test_every_finding_is_reported_and_a_confirmed_one_fails_its_invariant() -> None:
+    confirmed = _kept("EXP-DP-ALLOCATABLE", NOT_REPRODUCED, REPRODUCED)
+    second = _kept("EXP-DP-ALLOCATABLE", NOT_REPRODUCED, NOT_REPRODUCED, NOT_REPRODUCED)
+    second.finding.rules[1] = "device-recover"
+    other = _kept("EXP-DP-CAPACITY", REPRODUCED)
+    report = _report([second, confirmed, other])
+    assert report.status() == NOT_CONFORMANT and EXIT_CODES[report.status()] == 1
+    verdicts = {c.id: c for c in report.checks}
+    allocatable = verdicts["EXP-DP-ALLOCATABLE"]
+    assert allocatable.verdict == FAIL and allocatable.detail.startswith("EXP-DP-ALLOCATABLE broke")
+    assert "1 more finding" in allocatable.detail
+    assert allocatable.notes[0].startswith("finding 1 of 2 (confirmed): EXP-DP-ALLOCATABLE after kubelet-restart")
+    assert any(n.startswith("finding 2 of 2 (UNCONFIRMED): EXP-DP-ALLOCATABLE after device-recover")
+               for n in allocatable.notes)
+    assert verdicts["EXP-DP-CAPACITY"].verdict == FAIL and verdicts["EXP-DP-REGISTERED"].verdict == PASS
+    facts = report.facts["explore"]
+    assert [f["key"] for f in facts["findings"]] == ["EXP-DP-ALLOCATABLE after device-recover",
+                                                     "EXP-DP-ALLOCATABLE after kubelet-restart",
+                                                     "EXP-DP-CAPACITY after kubelet-restart"]
+    assert facts["findings"][1]["replay"] == "reproduced on replay 2 of 3" and facts["confirmed"] == 2
+    assert facts["invariant"] == "EXP-DP-ALLOCATABLE" and facts["replay"] == REPRODUCED  # the lead: first confirmed
+    assert facts["passes"] == 2 and facts["time_to_find_s"] == 30.0
+
+
+def test_progress_comes_while_a_step_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ticker says progress every PROGRESS_EVERY_S whatever the block does (here: waits), and stops with it."""
+    import threading
+
+    monkeypatch.setattr(explorer, "PROGRESS_EVERY_S", 0.01)
+    s = _session()
+    lines: list[str] = []
+    twice = threading.Event()
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if len(lines) >= 2:
+            twice.set()
+
+    s.say, s.doing = say, "example 3, steps[4] kubelet: restart"
+    with explorer._ticking(s):
+        assert twice.wait(10)
+    said = len(lines)
+    assert all(t.name != "fakelet-explore-progress" for t in threading.enumerate())
+    assert len(lines) == said and "now: example 3, steps[4] kubelet: restart" in lines[0]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPC_VERBOSITY": "ERROR"}
     return subprocess.run([sys.executable, "-m", "harness.run.cli", "explore", *args], capture_output=True,
@@ -344,35 +567,42 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], tmp_path: Path) -> No
 
 
 def _explore(tmp_path: Path, subject: str, defect: str | None, budget: float, seed: int,
-             rules: tuple[str, ...] | None, bound: float | None, max_steps: int = 6):
+             rules: tuple[str, ...] | None, bound: float | None, max_steps: int = 6, first: bool = False):
     run = RunConfig.build(subject=subject, defect=defect, profile="fast", seed=seed, reaction_bound=bound,
                           out=str(tmp_path))
     began = time.monotonic()
-    result = explore(run, Options(budget, seed, max_steps, rules), tmp_path, lambda line: None)
+    result = explore(run, Options(budget, seed, max_steps, rules, first=first), tmp_path, lambda line: None)
     return result, time.monotonic() - began
 
 
-# (subject, defect, rules, budget s): the sample CI runs. Rules narrowed to the faults the defect is about keep
-# each under a minute; the full table (FAKELET_EXPLORE=full) gives every mutant every rule.
+# (subject, defect, rules, budget s, --first): the sample CI runs. Rules narrowed to the faults the defect is about
+# keep each under a minute; the full table (FAKELET_EXPLORE=full) gives every mutant every rule. no-reregister
+# searches on after its finding until the budget is spent (every finding kept); stuck-unhealthy stops at the first.
 SAMPLE = [
-    ("reference-dp", "no-reregister", ("kubelet-restart", "plugin-restart", "device-fail", "pod-admitted"), 45),
-    ("reference-dp", "stuck-unhealthy", ("device-fail", "device-recover", "plugin-crash", "pod-admitted"), 45),
+    ("reference-dp", "no-reregister", ("kubelet-restart", "plugin-restart", "device-fail", "pod-admitted"), 45,
+     False),
+    ("reference-dp", "stuck-unhealthy", ("device-fail", "device-recover", "plugin-crash", "pod-admitted"), 45, True),
 ]
 
 
-@pytest.mark.parametrize(("subject", "defect", "rules", "budget"), SAMPLE, ids=[s[1] for s in SAMPLE])
+@pytest.mark.parametrize(("subject", "defect", "rules", "budget", "first"), SAMPLE, ids=[s[1] for s in SAMPLE])
 def test_explore_finds_the_mutant_and_the_repro_replays(tmp_path: Path, subject: str, defect: str,
-                                                        rules: tuple[str, ...], budget: float) -> None:
-    result, took = _explore(tmp_path, subject, defect, budget, 1, rules, MUTANT_BOUND_S)
+                                                        rules: tuple[str, ...], budget: float, first: bool) -> None:
+    result, took = _explore(tmp_path, subject, defect, budget, 1, rules, MUTANT_BOUND_S, first=first)
     assert took <= budget + 15, f"the budget bounds the run: {took:.0f}s for {budget}s"
     assert result.finding is not None, result.report.facts
     assert result.replayed == REPRODUCED
     failed = [c for c in result.report.checks if c.verdict == FAIL]
-    assert [c.id for c in failed] == [result.finding.invariant]
+    assert {c.id for c in failed} == {k.finding.invariant for k in result.confirmed()}
     assert failed[0].repro.startswith("fakelet scenario run --file ") and "--reaction-bound 5" in failed[0].repro
     assert result.repro is not None and load(result.repro).defect == defect
     doc = yaml.safe_load(result.repro.read_text())
     assert "expect" in doc["steps"][-1] and not any("expect" in s for s in doc["steps"][:-1])
+    facts = result.report.facts["explore"]
+    assert [f["repro"] for f in facts["findings"]] == [str(k.repro.relative_to(tmp_path)) for k in result.findings]
+    assert len({f["key"] for f in facts["findings"]}) == len(result.findings)  # one finding a key
+    if first:
+        assert len(result.findings) == 1 and facts["passes"] == 1
 
 
 def test_explore_finds_a_dra_mutant_through_the_health_stream(tmp_path: Path) -> None:
@@ -380,7 +610,7 @@ def test_explore_finds_a_dra_mutant_through_the_health_stream(tmp_path: Path) ->
     stream) gets nothing, and the devices turn Unknown. Found at the first kubelet restart (one rule, five steps),
     replayed as reproduced; about 15 s on an idle machine, the local API server's start included."""
     rules = ("kubelet-restart", "health-stream-drop")
-    result, took = _explore(tmp_path, "reference-dra", "single-stream", 45, 1, rules, MUTANT_BOUND_S)
+    result, took = _explore(tmp_path, "reference-dra", "single-stream", 45, 1, rules, MUTANT_BOUND_S, first=True)
     if "error" in result.report.facts["explore"]:
         pytest.skip(result.report.facts["explore"]["error"])  # no API server here: DRA cannot run
     assert took <= 45 + 60, f"the budget and the API server's start bound the run: {took:.0f}s"
@@ -435,6 +665,18 @@ def test_explore_table(tmp_path: Path, subject: str, defect: str | None, rules: 
         return
     assert result.finding is not None, result.report.facts
     assert result.replayed == REPRODUCED
+
+
+# The multi-bug plugins (harness/reference/multibug.py): every bug reported, each under its invariant, and each
+# replayed, within one budget (issue 38's kill rate). FAKELET_EXPLORE=full: the three-bug plugin alone takes 76 s.
+@pytest.mark.slow
+@pytest.mark.skipif(not FULL, reason="the multi-bug plugins: FAKELET_EXPLORE=full (tox -e explore)")
+@pytest.mark.parametrize("plugin", MULTI_BUG, ids=[m.defect for m in MULTI_BUG])
+def test_explore_reports_every_bug_of_a_multi_bug_plugin(tmp_path: Path, plugin: MultiBug) -> None:
+    rules = tuple(dict.fromkeys(r for b in plugin.bugs for r in b.rules))
+    result, _took = _explore(tmp_path, plugin.subject, plugin.defect, 240, 1, rules, MUTANT_BOUND_S, 8)
+    confirmed = {k.finding.invariant for k in result.confirmed()}
+    assert set(plugin.invariants().values()) <= confirmed, result.report.facts["explore"]
 
 
 def test_ctrl_c_is_interrupted_and_leaves_nothing(tmp_path: Path) -> None:

@@ -397,3 +397,61 @@ def test_an_orphaned_check_run_is_killed_even_when_no_python_of_it_runs_again() 
     proc = subprocess.run([sys.executable, "-c", script], timeout=25, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == -signal.SIGKILL
     assert time.monotonic() - began < 20
+
+
+def test_a_check_cut_off_by_a_stop_is_interrupted_not_an_error(tmp: Path, tmp_path: Path) -> None:
+    """Before: a check whose call the stop cut off (its worker never reported its verdict) was an ERROR, "no
+    result ... (crashed or interrupted)", listed under Failures in summary.md (issue 39, defect 5). SIGTERM, as a
+    CI job's timeout sends it; Ctrl-C takes the same path (StopSignals)."""
+    selected = ["DP-REG-02", "DP-RST-04"]  # DP-RST-04 waits out a long kubelet outage: the stop finds it mid-call
+    out = tmp_path / "out"
+    proc = start_run(tmp, "run", *(a for c in selected for a in ("--check", c)), "--jobs", "2", "--out", str(out))
+    try:
+        _wait_for_plugin_socket(tmp, 120, proc)  # dp_env.start() is in a check's call: one has begun
+        os.killpg(proc.pid, signal.SIGTERM)
+    finally:
+        _, stderr = stop(proc, 120)
+    assert proc.returncode == 130, stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["status"] == INTERRUPTED, report["summary"]
+    verdicts = {c["id"]: c["verdict"] for c in report["checks"]}
+    assert "error" not in verdicts.values(), report["checks"]
+    assert report["missing"], "no check was cut off by the stop"
+    assert sorted([*verdicts, *report["missing"]]) == selected, (verdicts, report["missing"])
+    summary = (out / "summary.md").read_text()
+    assert "## Failures" not in summary and "interrupted before its verdict" in summary, summary
+    assert leftovers(tmp) == [] and _processes_naming(tmp) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def assert_nothing_ran_report(out: Path, subject: str, checks: list[str]) -> None:
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["status"] == INTERRUPTED and report["subject"] == subject, report["summary"]
+    assert report["checks"] == [] and report["missing"] == checks
+    assert "before any check's verdict" in (out / "summary.md").read_text()
+
+
+# -X importtime prints a line as each import ends: a module of the commands' own imports (fakelet is still
+# importing them, its flags not yet parsed), or one the check catalog loads (`fakelet run` checks its flags).
+@pytest.mark.parametrize(("window", "sig"), [("harness.run.matrix", signal.SIGTERM),
+                                             ("harness.world.draenv", signal.SIGINT)])
+def test_an_early_stop_still_writes_a_report_into_a_new_out(tmp: Path, tmp_path: Path, window: str,
+                                                            sig: signal.Signals) -> None:
+    """Before: a stop in fakelet's first seconds (its imports, its flags' checks) exited 130 with no report in a
+    new --out (issue 39, defect 6); docs/isolation.md promises one at any moment."""
+    out = tmp_path / "new"
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "harness.run.cli", "run", "--subject",
+                             "reference-dra", "--check", "DRA-REG-01", "--check", "DRA-PRP-01", "--out", str(out)],
+                            env=dict(os.environ, TMPDIR=str(tmp)), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = await_line(proc, f" {window}\n", 60)
+        os.killpg(proc.pid, sig)
+    finally:
+        _, err = stop(proc, 60)
+    lines = [line for line in [*seen, *err.splitlines()] if not line.startswith("import time:")]
+    assert proc.returncode == 130, lines
+    assert "Traceback" not in err and "interrupted before anything started" not in err, lines
+    assert_nothing_ran_report(out, "reference-dra", ["DRA-PRP-01", "DRA-REG-01"])
+    assert leftovers(tmp) == [] and _processes_naming(tmp) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["new"]

@@ -70,6 +70,11 @@ def test_the_covering_sample_has_a_mutant_for_every_check() -> None:
     assert len(chosen) <= 7  # a greedy cover of 7 + 5 checks by mutants that each fail one of either kind
     wide = [("reference-dp", "wide", [f"DP-X-{n:02d}" for n in range(7)] + [f"DP-Y-{n:02d}" for n in range(5)])]
     assert matrix_sample.covering(cases + wide) == {("reference-dp", "wide")}  # one that fails all is enough
+    # Each covering mutant runs only the checks it was taken for: every check once, by one that must fail it.
+    plan = matrix_sample.cover_plan(cases)
+    taken = [k for covers in plan.values() for k in covers]
+    assert sorted(taken) == sorted({k for *_, ks in cases for k in ks})
+    assert all(covers <= set(kills) for s, b, kills in cases if (covers := plan.get((s, b))) is not None)
 
 
 def test_the_default_run_keeps_half_the_real_scenarios_and_runs_untouched_mutants_on_their_checks(
@@ -89,4 +94,4 @@ def test_the_default_run_keeps_half_the_real_scenarios_and_runs_untouched_mutant
     kills_only = [i for i in items.values() if i.stash.get(matrix_sample.KILLS_ONLY, False)]
     for item in kills_only:  # the sample's and the covering mutants, never a benign behaviour (it kills nothing)
         subject, defect = item.callspec.params["subject"], item.callspec.params["defect"]
-        assert test_kill_matrix.SPECS[subject].defects[defect].kills
+        assert item.stash[matrix_sample.KILLS_ONLY] <= set(test_kill_matrix.SPECS[subject].defects[defect].kills)

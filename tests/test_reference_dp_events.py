@@ -111,7 +111,21 @@ def test_temp_files_are_not_read(world: World) -> None:
     assert plugin.source.device_of(Event(wd, IN.CREATE | IN.ISDIR, 0, "sub")) == ALL_DEVICES
 
 
-@pytest.mark.parametrize("defect", [None, "stuck-unhealthy", "no-hotplug", "ignore-temperature"])
+def test_one_failure_marks_every_device_unhealthy(world: World) -> None:
+    """all-unhealthy-on-one: the failed device is reported, so only the others' health tells the bug."""
+    backend, args, watcher = world
+    plugin = make(args, "all-unhealthy-on-one")
+    plugin.source.watch(watcher)
+    backend.fail("gpu-3")
+    drain(plugin, watcher)
+    assert {d["health"] for d in plugin.devices} == {"Unhealthy"} and len(plugin.devices) == DEVICES
+    backend.recover("gpu-3")
+    drain(plugin, watcher)
+    assert {d["health"] for d in plugin.devices} == {"Healthy"}
+
+
+@pytest.mark.parametrize("defect", [None, "stuck-unhealthy", "no-hotplug", "ignore-temperature", "all-unhealthy-on-one",
+                                    "stuck-unhealthy+no-hotplug"])
 def test_partial_reads_agree_with_full_reads(world: World, defect: str | None) -> None:
     """A random run of fails, recoveries, heat, cool, unplugs and plugs: each step's list equals a full read's."""
     backend, args, watcher = world

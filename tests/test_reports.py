@@ -138,7 +138,7 @@ def test_every_writer_puts_failures_first(tmp_path: Path) -> None:
     assert [c.get("name", "").split()[0] for c in suite.iter("testcase")] == reading
     table = markdown(r).split("| --- |")[-1]
     assert [row.split(" | ")[0].strip("| ") for row in table.splitlines()[1:len(reading) + 1]] == reading
-    terminal = [line.split()[-1] if line.startswith("  NO RESULT") else line.split()[1]
+    terminal = [line.split()[2] if line.startswith("  NO RESULT") else line.split()[1]
                 for line in report_lines(r)[2:] if line.startswith("  ") and not line.startswith("   ")][:-1]
     assert terminal == reading
     html = (tmp_path / "report.html").read_text()

@@ -588,9 +588,9 @@ class RunConfig:
         overrides = (overrides or Overrides()).normalized()
         spec = overrides.apply(select_subject(subject, subject_file, plugin_cmd, resource, driver,
                                               mount_namespace, kind, image))
-        if defect is not None and defect not in spec.defects:
-            known = ", ".join(spec.defects) or "none"
-            raise ProfileError(f"subject {spec.name} has no defect {defect!r}; known defects: {known}")
+        error = spec.defect_error(defect) if defect is not None else None
+        if error is not None:
+            raise ProfileError(error)
         cluster = check_cluster(cluster, kind_image, keep_cluster, node, spec)
         check_suite(suite, spec, node)
         check_base()

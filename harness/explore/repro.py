@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from harness.config.runconfig import RunConfig
+from harness.explore import nodes
 from harness.explore.machine import Finding
 from harness.explore.model import INVARIANTS
 from harness.scenarios.step import flow
@@ -47,8 +48,9 @@ def document(finding: Finding, run: RunConfig, seed: int, explored_steps: int) -
         **({"subject": run.spec.name} if bundled else {}),
         **({"defect": run.defect} if run.defect else {}),
         "seed": run.seed,
-        "nodes": ["fake"],
-        "notes": f"Found by fakelet explore --seed {seed}; hypothesis shrank it to {len(finding.steps)} steps "
+        "nodes": nodes.scenario_nodes(finding.steps),  # `fakelet scenario run --node real` replays it too
+        "notes": f"Found by fakelet explore --seed {seed} ({finding.invariant} after {finding.key[1]}); hypothesis "
+                 f"shrank it to {len(finding.steps)} steps "
                  f"(the sequence first found had {explored_steps}). The waits are the invariants that held on the "
                  "way; the expect is the one that failed.",
         "steps": scenario_steps(finding),

@@ -2,7 +2,8 @@
 
 Each is a bug seen in real plugins. The checks each defect must fail are
 recorded with the subject profile (fixtures/subjects/reference-dp.yaml) and
-asserted by the kill-matrix test.
+asserted by the kill-matrix test. Mutants compose: `--defect a+b` is a plugin with
+both bugs (harness/spec/composition.py; harness/reference/multibug.py).
 """
 
 DP_DEFECTS: dict[str, str] = {
@@ -26,6 +27,7 @@ DP_DEFECTS: dict[str, str] = {
     "no-socket-recreate": "does not re-serve when its socket is deleted",
     "stale-socket-crash": "exits at start-up when a stale socket file is in its place",
     "stuck-unhealthy": "never reports a device Healthy again once it was Unhealthy",
+    "all-unhealthy-on-one": "marks every device Unhealthy when one fails or overheats (Healthy again on recovery)",
     "ignore-temperature": "does not look at device temperature",
     "partial-list": "sends only the devices that changed, not the full list",
     "no-hotplug": "keeps the device set it saw at start (ignores plug and unplug)",

@@ -10,7 +10,7 @@ re-reads it all). With `--cdi-dir`, the devices it names as CDI devices in
 Allocate have their spec there before the answer (a runtime that applies CDI,
 containerd 2 or CRI-O, refuses a container with an undefined one), as upstream's
 sample-device-plugin does with CDI_ENABLED. `--defect NAME` switches on one
-named bug (harness/reference/defects.py).
+named bug (harness/reference/defects.py); `--defect a+b` several mutants at once.
 
     python -m harness.reference.device_plugin --plugin-dir DIR --inventory FILE [--cdi-dir DIR]
 """
@@ -50,6 +50,7 @@ from harness.reference.defects import (
 from harness.reference.levelzero_source import LevelZeroSource
 from harness.reference.nvml_source import DeviceNodeFallback, NvmlError, NvmlSource
 from harness.reference.sources import ALL_DEVICES, HEALTHY, UNHEALTHY, InventorySource, SeenDevice, SysfsSource
+from harness.spec import composition
 from harness.wire import dp, dp_grpc
 
 log = logging.getLogger("reference-dp")
@@ -231,7 +232,7 @@ class ReferencePlugin:
             try:
                 self.source = NvmlSource(Path(args.dev_dir or "/dev"), args.defect)
             except NvmlError:
-                if args.defect != "init-error-keeps-healthy":
+                if not composition.has(args.defect, "init-error-keeps-healthy"):
                     raise  # no NVML, no GPUs it can vouch for: exit, as a blind plugin should
                 self.source = DeviceNodeFallback(Path(args.dev_dir or "/dev"))
         elif args.sysfs_root and args.levelzero:
@@ -281,7 +282,7 @@ class ReferencePlugin:
             cdi.write_spec(self.cdi_dir / f"{vendor}-{cls}.json", cdi_spec(self.resource, sorted(self._cdi_defined)))
 
     def has(self, defect: str) -> bool:
-        return self.defect == defect
+        return composition.has(self.defect, defect)
 
     def wire_id(self, device_id: str) -> str:
         """The device's ID on the wire: its inventory ID, or (opaque-ids) a hash of it."""
@@ -359,6 +360,8 @@ class ReferencePlugin:
                 self.frozen = {d["id"]: d for d in out}
             current = {d["id"]: d for d in out}
             out = [current.get(i, frozen) for i, frozen in self.frozen.items()]
+        if self.has("all-unhealthy-on-one") and any(d["health"] == UNHEALTHY for d in out):
+            out = [{**d, "health": UNHEALTHY} for d in out]
         return out
 
     def _read_all(self) -> list[SeenDevice]:
@@ -375,8 +378,8 @@ class ReferencePlugin:
         A full read is the answer whenever the set of devices may have changed: a dir that is no device (now),
         a device not seen before, or one whose presence flipped.
         """
-        if self._seen_at is None or not isinstance(self.source, SysfsSource):
-            return None
+        if self._seen_at is None or not isinstance(self.source, SysfsSource) or self.has("all-unhealthy-on-one"):
+            return None  # all-unhealthy-on-one: one device's health is every device's, so it takes them all
         updated: dict[str, dict] = {}
         for d in sorted(dirs):
             fresh = self.source.read_one(d)
@@ -710,9 +713,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                           "names its devices as CDI devices, defined there; without it, none")
     parser.add_argument("--only-devices", metavar="ID,ID",
                         help="serve only these devices of the source (by ID), leaving the others to a DRA driver")
-    every = DP_DEFECTS | DP_HOSTILE | DP_BENIGN | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS | DP_LEVELZERO_BENIGN
-    parser.add_argument("--defect", choices=sorted(every),
-                        help="run as a mutant with this bug, or with this benign quirk")
+    mutants = DP_DEFECTS | DP_NVML_DEFECTS | DP_LEVELZERO_DEFECTS
+    every = mutants | DP_HOSTILE | DP_BENIGN | DP_LEVELZERO_BENIGN
+    parser.add_argument("--defect", type=composition.argument_type(every, mutants), metavar="NAME[+NAME...]",
+                        help="run as a mutant with this bug (several mutants joined by '+'), or with this hostile "
+                             "behaviour or benign quirk")
     parser.add_argument("--allocate-delay-ms", type=int, default=0, metavar="N",
                         help="answer every Allocate N ms late (an injected latency fault; default 0)")
     args = parser.parse_args(argv)

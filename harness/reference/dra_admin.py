@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.spec import composition
+
 ADMIN_ENV = "DRA_ADMIN_ACCESS"  # dra-example-driver cmd/dra-example-kubeletplugin/cdi.go
 
 
@@ -29,14 +31,14 @@ def granted(result: dict[str, Any]) -> bool:
 
 def exempt(result: dict[str, Any], defect: str | None) -> bool:
     """Is the result prepared whoever else holds the device (admin access, unless refuses-busy-device)?"""
-    return granted(result) and defect != "refuses-busy-device"
+    return granted(result) and not composition.has(defect, "refuses-busy-device")
 
 
 def in_use(prepared: dict[str, dict[str, Any]], defect: str | None) -> dict[str, str]:
     """Device name -> a prepared claim that holds it: admin-access claims hold none (refuses-busy-device: they
     do)."""
     return {d["device"]: uid for uid, rec in prepared.items() for d in rec["devices"]
-            if not d.get("admin_access") or defect == "refuses-busy-device"}
+            if not d.get("admin_access") or composition.has(defect, "refuses-busy-device")}
 
 
 def ordinary(prepared: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

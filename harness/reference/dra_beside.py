@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from harness.spec import composition
+
 T = TypeVar("T")
 
 
@@ -26,6 +28,6 @@ def parse(value: str) -> frozenset[str]:
 
 def kept(devices: Sequence[T], excluded: frozenset[str], defect: str | None) -> list[T]:
     """The devices the driver publishes and prepares: all but the device plugin's (every one, for the mutant)."""
-    if defect == "ignores-device-plugin" or not excluded:
+    if composition.has(defect, "ignores-device-plugin") or not excluded:
         return list(devices)
     return [d for d in devices if getattr(d, "id", None) not in excluded]

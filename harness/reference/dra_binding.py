@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.controlplane.base import RESOURCE_API
 from harness.reference.dra_slices import device_entry
+from harness.spec import composition
 
 log = logging.getLogger("reference-dra")
 
@@ -95,7 +96,7 @@ def status_entry(driver: str, pool: str, result: dict[str, Any], device: dict[st
     if error:
         conditions = [_condition(ATTACHED, False, "AttachFailed", f"attaching {device['name']} failed"),
                       _condition(ATTACH_FAILED, True, "AttachFailed", error)]
-        if defect == "hides-attach-failure":
+        if composition.has(defect, "hides-attach-failure"):
             # The bug: a failed attach looks like one still under way; the scheduler waits out its timeout.
             conditions = [_condition(ATTACHED, False, "Attaching", f"attaching {device['name']}")]
         entry["data"] = {"node": pool, "attached": False}
@@ -103,14 +104,15 @@ def status_entry(driver: str, pool: str, result: dict[str, Any], device: dict[st
         conditions = [_condition(ATTACHED, True, "Attached", f"attached to node {pool} as {fabric['interface']}"),
                       _condition(ATTACH_FAILED, False, "Attached", "")]
         mac = fabric["mac"]
-        if defect == "wrong-network-data":
+        if composition.has(defect, "wrong-network-data"):
             # The bug: an index mix-up reports the next fabric-attached device's hardware address.
             macs = [o["fabric"]["mac"] for o in sorted(others, key=lambda o: o["name"]) if o.get("fabric")]
             mac = macs[(macs.index(mac) + 1) % len(macs)] if mac in macs else mac
         entry["networkData"] = {"interfaceName": fabric["interface"], "hardwareAddress": mac,
                                 "ips": list(fabric["ips"])}
         entry["data"] = {"node": pool, "attached": True, "pciAddress": device.get("pci_address", "")}
-    if defect != "never-binds":  # the bug: it reports the device, never the conditions the scheduler waits for
+    # never-binds: it reports the device, never the conditions the scheduler waits for
+    if not composition.has(defect, "never-binds"):
         entry["conditions"] = conditions
     return entry
 

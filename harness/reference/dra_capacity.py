@@ -26,6 +26,7 @@ from typing import Any
 from harness.controlplane.capacity import show
 from harness.instruments.quantity import quantity
 from harness.reference.dra_slices import device_entry
+from harness.spec import composition
 
 OVERSTATE = 2  # overstates-capacity: how many times the hardware's total it publishes
 SHARE_ID_ENV = "FAKELET_DEVICE_{}_SHARE_ID"
@@ -51,10 +52,10 @@ def has_sharing(devices: list[dict[str, Any]]) -> bool:
 
 def _shareable(entry: dict[str, Any], sharing: Sharing, defect: str | None) -> dict[str, Any]:
     entry = {**entry, "capacity": dict(entry.get("capacity") or {})}
-    if defect != "policy-without-multi":
+    if not composition.has(defect, "policy-without-multi"):
         entry["allowMultipleAllocations"] = True
     for name, (total, step) in sharing.items():
-        value = f"{quantity(total) * OVERSTATE}" if defect == "overstates-capacity" else total
+        value = f"{quantity(total) * OVERSTATE}" if composition.has(defect, "overstates-capacity") else total
         entry["capacity"][name] = {"value": value,
                                    "requestPolicy": {"default": step, "validRange": {"min": step, "step": step}}}
     return entry
@@ -83,7 +84,7 @@ def share_env(device: dict[str, Any], result: dict[str, Any], defect: str | None
     sharing: Sharing = device.get("sharing") or {}
     env = {SHARE_ID_ENV.format(device["index"]): str(result.get("shareID", ""))}
     for name, amount in (result.get("consumedCapacity") or {}).items():
-        if defect == "share-full-capacity" and name in sharing:
+        if composition.has(defect, "share-full-capacity") and name in sharing:
             amount = sharing[name][0]
         env[CAPACITY_ENV.format(device["index"], _env_key(name))] = str(amount)
     return env

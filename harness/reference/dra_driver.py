@@ -18,7 +18,7 @@ endpoint.go) and adds what a careful driver does on top:
 - stream device health: the full list at once, on every change, and every
   --health-refresh-s seconds, well inside the kubelet's 30 s health timeout.
 
-`--defect NAME` switches on one named bug (harness/reference/dra_defects.py).
+`--defect NAME` switches on one named bug (harness/reference/dra_defects.py); `--defect a+b` several at once.
 
     python -m harness.reference.dra_driver --driver-name D --node-name N --kubeconfig K \
         --registry-dir R --plugin-dir P --cdi-dir C --sysfs-root S --state-dir X
@@ -72,6 +72,7 @@ from harness.reference.dra_slices import SlicePublisher, dns_label
 from harness.reference.sources import HEALTHY as HW_HEALTHY
 from harness.reference.sources import UNHEALTHY as HW_UNHEALTHY
 from harness.reference.sources import SysfsSource
+from harness.spec import composition
 from harness.wire import (
     dra_v1,
     dra_v1_grpc,
@@ -375,7 +376,7 @@ class ReferenceDriver:
         self.accepted = False  # a kubelet accepted the registration (one-kubelet-only stops answering then)
 
     def has(self, defect: str) -> bool:
-        return self.defect == defect
+        return composition.has(self.defect, defect)
 
     @contextlib.contextmanager
     def _serialized(self) -> Iterator[None]:
@@ -933,7 +934,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="HEALTHY again only below threshold minus this")
     parser.add_argument("--temp-warning-c", type=float, default=None,
                         help="warm: a NoSchedule taint above this (default threshold minus 10)")
-    parser.add_argument("--defect", choices=sorted(DRA_DEFECTS), help="run as a mutant with this bug")
+    parser.add_argument("--defect", type=composition.argument_type(DRA_DEFECTS, DRA_DEFECTS), metavar="NAME[+NAME...]",
+                        help="run as a mutant with this bug (several joined by '+')")
     parser.add_argument("--exclude-devices", default="", metavar="ID,ID",
                         help="devices a device plugin beside the driver serves (by the backend's IDs): never "
                              "published or prepared")

@@ -17,11 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from harness.controlplane.extended import POD_CLAIM_ANNOTATION
+from harness.spec import composition
 
 
 def refusal(claim: dict[str, Any], defect: str | None) -> str | None:
     """Why refuses-generated-claims refuses the claim, or None."""
-    if defect != "refuses-generated-claims":
+    if not composition.has(defect, "refuses-generated-claims"):
         return None
     meta = claim.get("metadata") or {}
     pods = [o for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"]
@@ -34,7 +35,7 @@ def refusal(claim: dict[str, Any], defect: str | None) -> str | None:
 def request_name(claim: dict[str, Any], result: dict[str, Any], defect: str | None) -> str:
     """The request a prepared device names: its allocation result's, without a subrequest (the helper's
     stripSubrequestNames)."""
-    if defect == "one-request-name":
+    if composition.has(defect, "one-request-name"):
         requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
         if requests:
             return str(requests[0].get("name", ""))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.reference.dra_slices import device_entry, dns_label
+from harness.spec import composition
 
 # k8s.io/api resource/v1 types.go
 MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
@@ -142,15 +143,15 @@ def pool_slices(devices: list[dict[str, Any]], defect: str | None = None) -> lis
         if layout is None:
             entries.append(entry)
             continue
-        sets.append(counter_set(d, overcommit=defect == "overcommit-counters"))
+        sets.append(counter_set(d, overcommit=composition.has(defect, "overcommit-counters")))
         entry["consumesCounters"] = _consumes(d, d["memory_mib"], range(layout.slices),
-                                              extra_slice=defect == "consumes-missing-counter")
+                                              extra_slice=composition.has(defect, "consumes-missing-counter"))
         entries.append(entry)
         for p in layout.partitions:
             partition = partition_entry(d, p)
             partition["consumesCounters"] = _consumes(d, p.memory_mib, p.slices)
             entries.append(partition)
-    if defect == "counters-in-device-slice":
+    if composition.has(defect, "counters-in-device-slice"):
         # The bug: the counter sets ride in the devices' slice, as alpha drafts of KEP-4815 had it; 1.36's API
         # server refuses such a slice ("only one of `sharedCounters` or `devices` is allowed").
         return [{"sharedCounters": sets, "devices": entries}]

@@ -28,6 +28,7 @@ import grpc
 from fake_devices.model import HEALTHY, UNHEALTHY
 from harness.instruments.grpcutil import unix_target
 from harness.reference.sources import SeenDevice, SysfsSource
+from harness.spec import composition
 from harness.wire import levelzero as lz
 from harness.wire import levelzero_grpc as lz_grpc
 
@@ -62,7 +63,7 @@ class LevelZeroSource(SysfsSource):
             temps = self.stub.GetDeviceTemperature(lz.DeviceId(bdfAddress=bdf), timeout=CALL_TIMEOUT_S)
         except grpc.RpcError as err:
             log.warning("Level-Zero sidecar unreachable for %s: %s", bdf, err.code())
-            if self.defect == "sidecar-down-keeps-healthy":
+            if composition.has(self.defect, "sidecar-down-keeps-healthy"):
                 return seen
             return replace(seen, health=UNHEALTHY, temperature_c=None)
         if health.error.errorcode == ZE_RESULT_ERROR_INVALID_ARGUMENT:

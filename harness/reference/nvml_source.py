@@ -26,6 +26,7 @@ from pathlib import Path
 
 from fake_devices.model import HEALTHY, UNHEALTHY
 from harness.reference.sources import SeenDevice
+from harness.spec import composition
 
 log = logging.getLogger("reference-dp")
 
@@ -133,7 +134,7 @@ class NvmlSource:
                 self._on_event(data)
             elif code == NVML_ERROR_TIMEOUT:
                 self.blind = False
-            elif self.defect != "wait-error-keeps-healthy":
+            elif not composition.has(self.defect, "wait-error-keeps-healthy"):
                 log.warning("nvmlEventSetWait failed (%d): marking every device unhealthy", code)
                 self.blind = True
             self._wake()
@@ -141,11 +142,12 @@ class NvmlSource:
 
     def _on_event(self, data: _EventData) -> None:
         xid = int(data.eventData)
-        if data.eventType == EVENT_XID and xid in APPLICATION_XIDS and self.defect != "app-xid-fatal":
+        app_fatal = composition.has(self.defect, "app-xid-fatal")
+        if data.eventType == EVENT_XID and xid in APPLICATION_XIDS and not app_fatal:
             log.info("ignoring application XID %d", xid)
             return
         log.info("NVML event type %#x data %d", data.eventType, xid)
-        if self.defect == "app-xid-fatal" and data.eventType == EVENT_XID and xid in APPLICATION_XIDS:
+        if app_fatal and data.eventType == EVENT_XID and xid in APPLICATION_XIDS:
             uuid = self._known.get(data.device or 0)
             if uuid:
                 self.fatal.add(uuid)

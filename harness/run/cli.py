@@ -1,9 +1,11 @@
 """The `fakelet` command's entry point: stop signals are taken before anything heavy is imported.
 
-Importing the commands (grpc, pytest, lightkube, the Docker client) takes seconds on a
-loaded machine. A SIGTERM in that window killed fakelet by the signal (exit -15, no word
-of it), and a Ctrl-C printed an import traceback. Nothing has started yet then, so there
-is nothing to stop or report: it is an interrupted run (exit 130) with one line.
+Importing the commands takes seconds on a loaded machine. A SIGTERM in that window killed
+fakelet by the signal (exit -15, no word of it), and a Ctrl-C printed an import traceback;
+raising there also broke imports half-way (a KeyboardInterrupt inside a class body surfaces
+as a RuntimeError). So a stop during the imports is only noted: once they are done, `fakelet
+run` writes the INTERRUPTED report it promises at any moment (nothing ran), and any other
+command says it was interrupted before anything started (exit 130, one line).
 The commands themselves are in commands.py.
 """
 
@@ -19,13 +21,17 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stop)  # commands.main installs its own once it runs
+    noted: list[int] = []  # stop signals that came during the imports
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: noted.append(signum))
     # grpc reads it once, at import: its core's INFO lines (a GOAWAY as a relay closes) stay off the output.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
@@ -35,14 +41,19 @@ def main(argv: list[str] | None = None) -> int:
         if clash is not None:
             print(f"fakelet: error: {clash}", file=sys.stderr)
             return EXIT_USAGE
-        if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+        given = sys.argv[1:] if argv is None else argv
+        if given == ["--version"]:
             from harness.run.version import version_line
 
             print(version_line())  # without the commands' imports (grpc and the harness): a CI log's first line
             return EXIT_OK
         from harness.run import commands
 
-        code = commands.main(argv)
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _stop)  # commands.main installs its own once it runs
+        if noted and given[:1] != ["run"]:
+            raise KeyboardInterrupt  # `run` alone owes a report (of nothing run) for a stop this early
+        code = commands.main(argv, stopped=bool(noted))
         # Written here, not at the interpreter's exit: a pipe's reader that left (`fakelet checks | head`)
         # is then a broken pipe this function can tell apart, not an "Exception ignored" and exit 120.
         sys.stdout.flush()

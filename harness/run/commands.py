@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from harness.config.runconfig import SHARED_CONTROL_PLANE_ENV, UNAVAILABLE, Image, Overrides, RunConfig, parse_observes
 from harness.instruments.userinput import check_number, escape_controls, oneline, subject_name
@@ -88,7 +88,8 @@ def _add_subject_flags(p: argparse.ArgumentParser, *, many: bool) -> None:
         p.add_argument("--subject", metavar="NAME", type=subject_name, help="subject profile (default reference-dp)")
     p.add_argument("--subject-file", metavar="PATH",
                    help="a subject profile YAML of your own (the schema of fixtures/subjects/*.yaml)")
-    p.add_argument("--defect", help="run the subject as a mutant with this named defect")
+    p.add_argument("--defect", help="run the subject as a mutant with this named defect (a reference subject's "
+                                    "mutants compose: a+b)")
     p.add_argument("--plugin-cmd", help="launch this plugin command instead of a named subject")
     p.add_argument("--resource", help="the resource name the --plugin-cmd plugin registers")
     p.add_argument("--kind", choices=sorted(SUITES), help="what --plugin-cmd launches (default device-plugin)")
@@ -356,7 +357,8 @@ def subject_names(args: argparse.Namespace) -> list[str | None]:
                                if s.reference and (suite is None or s.kind == NAMED_SUITES[suite][0])]
     if args.defect:
         # `--defect D` alone: the reference subject(s) that have that defect.
-        having: list[str | None] = [s.name for s in all_subjects() if s.reference and args.defect in s.defects]
+        having: list[str | None] = [s.name for s in all_subjects()
+                                    if s.reference and s.defect_error(args.defect) is None]
         return having or names[:1]  # none: let RunConfig say which defects exist
     return names
 
@@ -665,18 +667,12 @@ def swap_in(stage: Path, out: Path) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    out = check_out(args.out)
-    certify.check_repeat(args)
-    runs = configs(args)
-    if not runs:
-        raise UsageError("no subjects to run")
-    record = None
-    if args.shard is not None:
-        shard = shards.parse_shard(args.shard)
-        runs, record = shards.split(runs, shard)
-        print(f"shard {shard}: {len(record['mine'])} of {len(record['pairs'])} (subject, check) pairs", flush=True)
-    # The earlier report stays whole until this run's exists: the run writes beside it and swaps at the end.
-    stage = staging_dir(out)
+    # A stop while the flags are checked (seconds: the check catalogs load) is only noted: the run it names is
+    # needed for its report, of nothing run (run_subjects ends at once).
+    with _stop.shielded():
+        out, runs, record = planned_run(args)
+        # The earlier report stays whole until this run's exists: the run writes beside it and swaps at the end.
+        stage = staging_dir(out)
     if record is not None:
         shards.write_record(record, stage)
         if not runs:  # more shards than pairs: this one has nothing to do, and says so in its directory
@@ -702,15 +698,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_CODES[status]
 
 
+def planned_run(args: argparse.Namespace) -> tuple[Path, list[RunConfig], dict[str, Any] | None]:
+    """The report directory, the runs (this shard's), and the shard's record: every flag checked."""
+    out = check_out(args.out)
+    certify.check_repeat(args)
+    runs = configs(args)
+    if not runs:
+        raise UsageError("no subjects to run")
+    record = None
+    if args.shard is not None:
+        shard = shards.parse_shard(args.shard)
+        runs, record = shards.split(runs, shard)
+        print(f"shard {shard}: {len(record['mine'])} of {len(record['pairs'])} (subject, check) pairs", flush=True)
+    return out, runs, record
+
+
 def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
                  stage: Path) -> tuple[list[SubjectReport], bool]:
     """Each subject's report, in order, and whether a stop signal cut the run short (at any moment)."""
-    from harness.run import scenariocli
-    from harness.scenarios.repro import write_repros
-
     reports: list[SubjectReport] = []
     plane = None
     try:
+        from harness.run import scenariocli  # seconds on a loaded machine: a stop meanwhile is a stop of the run
+        from harness.scenarios.repro import write_repros
+
+        _stop.raise_if_requested()  # one that came while the flags were checked: nothing is started
         reap_dead_runs()
         plane = shared_control_plane(runs)
         for run in runs:
@@ -788,6 +800,8 @@ def cmd_subjects() -> int:
             # What it does, then what catches it: a defect is a bug of its own, not only a list of checks.
             print(f"  --defect {d.name:26} {d.description or '(no description in its subject file)'}")
             print(f"  {'':35} fails {', '.join(d.kills) or 'no check (it must pass every one it runs)'}")
+        if spec.mutants():
+            print(f"  --defect {'A+B[+C]':26} its mutants at once (not the hostile or benign behaviours)")
     return EXIT_OK
 
 
@@ -1099,7 +1113,8 @@ def _still_stopping(signum: int) -> None:
 _stop = StopSignals()  # main() installs a fresh one per call
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stopped: bool = False) -> int:
+    """`stopped`: a stop signal came while fakelet imported its commands (cli.main); `run` then reports nothing ran."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["devices"]:
         from fake_devices.cli import main as devices_main
@@ -1115,6 +1130,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     global _stop
     _stop = StopSignals(_still_stopping).install()
+    _stop.requested = stopped
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         if args.command == "subjects":

@@ -104,10 +104,12 @@ COMMANDS: dict[str, dict[int, str]] = {
                                        "does not match its manifest",
                 EXIT_USAGE: "bad input: a side that is not a report directory or a readable bundle"},
     # commands.cmd_explore: EXIT_CODES[report.status()], each invariant a MUST check (harness/explore/explorer.py).
-    "explore": _statuses({**STATUSES, CONFORMANT: "every invariant held in every example",
-                          NOT_CONFORMANT: "an invariant broke, and its shrunk sequence replayed the break",
-                          INCOMPLETE: "a break that did not replay (its check is `skip`), or no invariant was "
-                                      "judged"}),
+    "explore": _statuses({**STATUSES, CONFORMANT: "no confirmed finding: every invariant held in every example, "
+                                                  "or broke only where no replay showed it again (reported "
+                                                  "unconfirmed, with its evidence)",
+                          NOT_CONFORMANT: "a confirmed finding: an invariant broke, and its shrunk sequence replayed "
+                                          "the break",
+                          INCOMPLETE: "no invariant was judged (never a finding, confirmed or not)"}),
     # doctor.main: EXIT_OK when the main job can run, else EXIT_CANNOT.
     "doctor": {doctor.EXIT_OK: "the main job (the reference subjects on the fake kubelet) can run here",
                doctor.EXIT_CANNOT: "it cannot; the lines say what is missing and how to get it"},

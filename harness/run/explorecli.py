@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.explore import nodes
 from harness.explore.rules import DEFAULT_MAX_STEPS, RULES, applicable, context_of
 
 if TYPE_CHECKING:  # hypothesis and the engine load when an exploration runs, not with every fakelet command
@@ -57,6 +58,18 @@ def add_parser(sub: Any, subject_flags: Any, one_off_flags: Any, world_flags: An
     p.add_argument("--reaction-bound", type=float, metavar="SECONDS",
                    help="hold the plugin to this bound instead of the kubelet's 30 s (for mutants that never "
                         "react; the report and the repro's replay line say so)")
+    # Checked by options_of, not by argparse choices: a bad value is one line, as every other explore flag's.
+    p.add_argument("--node", default=nodes.FAKE, metavar="fake|real",
+                   help="whose kubelet every example runs on: fake (fakelet's own, default) or real (a real kubelet "
+                        "through the relay, as `fakelet scenario run --node real`; root, containerd); rules the real "
+                        "node cannot carry out are left out, with a line saying so")
+    p.add_argument("--replay-on", metavar="real|fake",
+                   help="replay each finding on the other kubelet too, after the budget: its outcome is reported "
+                        "beside the first replay's (reproduced on the real kubelet: the plugin's bug, not the fake "
+                        "kubelet's)")
+    p.add_argument("--first", action="store_true",
+                   help="stop at the first finding, once shrunk and replayed (default: search on until the budget "
+                        "is spent, keeping every distinct finding)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per example: the rules it ran")
     p.add_argument("--out", default="fakelet-explore", help="report directory (default ./fakelet-explore)")
 
@@ -68,12 +81,16 @@ def options_of(args: argparse.Namespace) -> Options:
 
     budget = budget_s(args.budget)
     check_number("--max-steps", args.max_steps, 1, MAX_STEPS, integer=True)
-    return Options(budget, args.seed, args.max_steps, rule_names(args.rules), args.verbose)
+    nodes.check_flags(args.node, args.replay_on)
+    return Options(budget, args.seed, args.max_steps, rule_names(args.rules), args.verbose, args.replay_on,
+                   first=args.first)
 
 
 def check_rules(run: RunConfig, options: Options) -> None:
-    """A --rules name that is unknown or not for this subject, before anything starts."""
-    applicable(context_of(run.spec), options.rules)
+    """A --rules name that is unknown or not for this subject or node, and a real kubelet this machine cannot run
+    (built here if need be, out of the budget), before anything starts."""
+    nodes.check_rules(applicable(context_of(run.spec), options.rules), run.node)
+    nodes.check_machine(run, options.replay_on)
 
 
 def run_explore(run: RunConfig, options: Options, stage: Path, out: Path) -> Result:
@@ -84,16 +101,27 @@ def run_explore(run: RunConfig, options: Options, stage: Path, out: Path) -> Res
 
 
 def print_result(result: Result, budget: float, stage: Path, out: Path) -> None:
-    """What was explored and found, the shrunk sequence as a timeline (after the report's own lines)."""
+    """What was explored and found: each finding with its replays, its shrunk sequence as a timeline, and its repro
+    file (after the report's own lines)."""
     from harness.explore import repro
+    from harness.explore.findings import key_text
 
     report = result.report
     facts = report.facts.get("explore", {})
     print(f"\nexplored: {facts.get('examples', 0)} example(s), {facts.get('steps', 0)} steps, "
-          f"{facts.get('steps_per_s', 0):g} steps/s, {report.duration_s:.0f}s of a {budget:g}s budget")
-    if result.finding is not None:
-        print(f"finding: {result.finding.invariant}, found after {facts.get('time_to_find_s', 0):.0f}s, shrunk from "
-              f"{result.first_steps} to {len(result.finding.steps)} steps; replay: {facts.get('replay')}")
-        print("\n".join(repro.timeline(result.finding)))
-        if result.repro is not None:
-            print(f"repro: {out / result.repro.relative_to(stage)}")
+          f"{facts.get('steps_per_s', 0):g} steps/s, {facts.get('passes', 1)} hypothesis pass(es), "
+          f"{report.duration_s:.0f}s of a {budget:g}s budget")
+    for n, kept in enumerate(result.findings, 1):
+        state = "confirmed" if kept.confirmed else "UNCONFIRMED: no verdict, its evidence is in the report"
+        print(f"\nfinding {n} of {len(result.findings)} ({state}): {key_text(kept.key)}, found after "
+              f"{kept.found_at_s:.0f}s, shrunk from {kept.first_steps} to {len(kept.finding.steps)} steps; "
+              f"{kept.replay_said()}")
+        print("\n".join(repro.timeline(kept.finding)))
+        if kept.repro is not None:
+            print(f"repro: {out / kept.repro.relative_to(stage)}")
+    if result.findings:
+        for node in nodes.NODES:
+            for name, note in facts.get(f"replay_on_{node}", {}).items():
+                print(f"replay of {name}: {note}")
+    if result.findings and not result.confirmed():
+        print("\nno confirmed finding: what did not replay is reported unconfirmed, with its evidence")

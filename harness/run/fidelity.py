@@ -176,7 +176,7 @@ def target_checks(target: Target) -> list[str]:
     kind = subject_kind(target.subject)
     if is_mutant(target):
         assert target.defect is not None
-        kills = load_subject(target.subject).defects[target.defect].kills
+        kills = load_subject(target.subject).defect_kills(target.defect)
         return sorted(set(kills) & set(node_checks(kind)))
     return node_checks(kind)
 
@@ -185,8 +185,7 @@ def is_mutant(target: Target) -> bool:
     """A defect some check must catch (a benign behaviour kills nothing)."""
     if target.defect is None:
         return False
-    defect = load_subject(target.subject).defects.get(target.defect)
-    return defect is not None and bool(defect.kills)
+    return bool(load_subject(target.subject).defect_kills(target.defect))
 
 
 def check_release(release: str) -> dict[str, str]:

@@ -599,12 +599,17 @@ class Collector:
         return verdict, text, ""
 
     def _finalize(self) -> None:
-        """Checks without a final verdict are errors: a dead worker or an interrupt never passes."""
-        for c in self.results.values():
-            if c.verdict == PENDING:
-                c.verdict, c.repro = ERROR, self.run.repro(c.id)
-                c.detail = self.died.get(c.id) or ("no result: the check's process ended before its verdict "
-                                                   "(crashed or interrupted)")
+        """Checks without a final verdict never pass. One a stop cut off (a graceful stop: its call was interrupted)
+        has no result: it joins `missing`, beside the checks the stop kept from starting, and the report says
+        INTERRUPTED. One whose process died, or that ended without a verdict in a run nobody stopped, is an error."""
+        for c in list(self.results.values()):
+            if c.verdict != PENDING:
+                continue
+            if self.interrupted and c.id not in self.died:
+                del self.results[c.id]
+                continue
+            c.verdict, c.repro = ERROR, self.run.repro(c.id)
+            c.detail = self.died.get(c.id) or "no result: the check's process ended before its verdict"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

@@ -25,6 +25,7 @@ from harness.node.real.releases import REAL_KUBELET_MODULES
 from harness.scenarios.schema import Case, Scenario, _line_of, examine
 from harness.scenarios.step import Step
 from harness.scenarios.vocabulary import DEVICE_OPS, NO_DEFECT, NVML_CONTROLS, SCRIPTS, chosen
+from harness.spec.composition import is_composed
 from harness.spec.subjects import PLACEHOLDERS, ProfileError, SubjectSpec, all_subjects, load_yaml, render
 from harness.world.socket_paths import dirs_under, overflows
 
@@ -120,6 +121,9 @@ def _subject(scenario: Scenario, name: str, known: dict[str, SubjectSpec], field
 def _defect(spec: SubjectSpec, defect: str, where: str) -> list[str]:
     if defect in spec.defects:
         return []
+    if is_composed(defect):
+        error = spec.defect_error(defect)
+        return [f"{where}: {error}"] if error else []
     return [f"{where}: {defect!r} is not a defect of {spec.name}; "
             f"{_known(sorted(spec.defects), defect, f'fakelet subjects lists those of {spec.name}')}"]
 

@@ -113,9 +113,9 @@ class PluginSteps(StageState):
         command = [render(a, values, spec.source) for a in spec.command]
         if defect == NO_DEFECT:
             return command, " without a defect"
-        if defect not in spec.defects or not spec.defect_args:
+        if spec.defect_error(defect) is not None or not spec.defect_args:
             raise Inconclusive(f"{step.where}.defect: {defect!r} is not a defect of {spec.name} "
-                               f"(known: {', '.join(spec.defects) or 'none'})")
+                               f"(known: {', '.join(spec.defects) or 'none'}; mutants compose as a+b)")
         mutant = {**values, "defect": defect}
         return [*command, *(render(a, mutant, spec.source) for a in spec.defect_args)], f" as mutant {defect}"
 

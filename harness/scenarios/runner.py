@@ -29,7 +29,7 @@ from harness.config.runconfig import RunConfig
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.instruments.timeline import WaitTimeout
 from harness.launch.process import LaunchError
-from harness.node.real.localnode import NodeAccess
+from harness.node.real.localnode import NodeAccess, RealNodeUnavailable
 from harness.node.real.localnode import unavailable as realnode_unavailable
 from harness.scenarios.check import case_name
 from harness.scenarios.schema import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Scenario
@@ -166,8 +166,9 @@ def _one_run(run: RunConfig, scenario: Scenario, say: Callable[[str], None], pla
         first = str(err).splitlines()[0]
         _tell(stage, say, f"REPRODUCED: {first}")
         outcome = Outcome(REPRODUCED, str(err), _lines(stage))
-    except (Inconclusive, SubjectUnavailable, LaunchError) as err:
-        # A step that could not run (a command that does not start, a build refused): no verdict on the bug.
+    except (Inconclusive, SubjectUnavailable, LaunchError, RealNodeUnavailable) as err:
+        # A step that could not run (a command that does not start, a build refused, a real kubelet that did not
+        # start): no verdict on the bug.
         _tell(stage, say, f"INCONCLUSIVE: {err}")
         outcome = Outcome(INCONCLUSIVE, str(err), _lines(stage))
     except pytest.skip.Exception as skipped:

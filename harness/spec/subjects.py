@@ -48,6 +48,7 @@ from harness.instruments.userinput import (
 )
 from harness.spec import bundled
 from harness.spec.bundled import FIXTURES_ENV
+from harness.spec.composition import SEPARATOR, composition_error, is_composed, parts
 from harness.spec.names import is_dns1123_subdomain, is_extended_resource_name
 
 LAUNCHERS = ("process", "mount-namespace", "container")
@@ -208,6 +209,30 @@ class SubjectSpec:
         if self.opaque_ids:
             return None, len(inventory)
         return ids, len(ids)
+
+    def mutants(self) -> list[str]:
+        """The defects a composed defect may join: a reference subject's (whose plugin reads `a+b`) that must
+        fail checks and bound no wall time of their own (not benign, not hostile)."""
+        if not self.reference:
+            return []
+        return [n for n, d in self.defects.items() if d.kills and d.wall_s is None]
+
+    def defect_error(self, defect: str) -> str | None:
+        """Why this subject cannot run as `defect` (one of its defects, or mutants joined by '+'), in one line;
+        None when it can."""
+        if defect in self.defects:
+            return None
+        if not is_composed(defect):
+            return f"subject {self.name} has no defect {defect!r}; known defects: {', '.join(self.defects) or 'none'}"
+        if not self.reference:
+            return (f"subject {self.name}: {defect!r} composes defects with {SEPARATOR!r}, which only a reference "
+                    "subject's plugin reads")
+        error = composition_error(defect, self.defects, self.mutants())
+        return f"subject {self.name}: {error}; its mutants: {', '.join(self.mutants())}" if error else None
+
+    def defect_kills(self, defect: str) -> list[str]:
+        """The checks `defect` must fail: a composed one, at least those of each of its parts."""
+        return sorted({k for part in parts(defect) if part in self.defects for k in self.defects[part].kills})
 
     def where(self, field_path: str) -> str:
         """`file:line: field` for a message about one field (just the source when its line is unknown)."""
@@ -588,6 +613,10 @@ def _check_rules(doc: dict[str, Any], errors: _Errors) -> None:
     elif isinstance(rolling, dict) and "{" + POD_UID_PLACEHOLDER + "}" not in " ".join(
             [*rolling.get("args", []), *rolling.get("env", {}).values()]):
         errors.add("rolling_update", "must give each instance its pod UID: use {pod_uid} in args or env")
+    defects = doc.get("defects")
+    for name in defects if isinstance(defects, dict) else {}:
+        if isinstance(name, str) and SEPARATOR in name:
+            errors.add(f"defects.{name}", f"a defect's name has no {SEPARATOR!r}, which joins defects (a{SEPARATOR}b)")
     beside = doc.get("device_plugin_beside")
     if beside is not None and kind != "dra":
         errors.add("device_plugin_beside", "is for kind dra (a DRA driver told the devices a device plugin serves)")

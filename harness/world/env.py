@@ -102,9 +102,9 @@ class DPEnv:
         `partitioned_inventory` (fixtures/-relative), the fake backend's inventory instead of the subject's when
         that one has no partitioned device (a check that needs partitions); `shared_inventory`, the same for a check
         that needs a shareable device (fake_devices/capacity.py)."""
-        if defect is not None and defect not in spec.defects:
-            raise ProfileError(f"subject {spec.name} has no defect {defect!r}; "
-                               f"known: {', '.join(spec.defects) or 'none'}")
+        error = spec.defect_error(defect) if defect is not None else None
+        if error is not None:
+            raise ProfileError(error)
         self.spec, self.profile, self.defect, self.seed = spec, profile, defect, seed
         self.partitioned_inventory = partitioned_inventory
         self.shared_inventory = shared_inventory
