@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,9 +58,11 @@ STEPS: list[tuple[str, str, tuple[int, ...]]] = [
     # The file's mutant case, promised "reproduced": the case that proves the engine can see the bug.
     ("scenario", "fakelet scenario run dp-device-unhealthy-at-start-never-republished"
                  " --case reference-dp/stuck-unhealthy --out scenario", (0,)),
-    # A planted bug found, shrunk and replayed: exit 1 is the finding (docs/explore.md).
+    # A planted bug found, shrunk and replayed: exit 1 is the finding (docs/explore.md); --first ends the search
+    # there rather than spending the rest of the budget on the bugs this mutant does not have.
     ("explore", "fakelet explore --subject reference-dp --defect no-reregister --rules kubelet-restart,"
-                "plugin-restart,device-fail,pod-admitted --budget 45s --seed 1 --reaction-bound 6 --out explore",
+                "plugin-restart,device-fail,pod-admitted --budget 45s --seed 1 --reaction-bound 6 --first "
+                "--out explore",
      (1,)),
     ("pytest plugin", "pytest -p no:cacheprovider --pyargs suites.dp --fakelet-subject-file my-plugin.yaml"
                       " --fakelet-check DP-REG-01 --fakelet-check DP-LAW-01 --fakelet-out pytest-report -q", (0,)),
@@ -67,6 +70,8 @@ STEPS: list[tuple[str, str, tuple[int, ...]]] = [
     ("verify", "fakelet verify main-report.tar.gz", (0,)),
     ("pipx run", "pipx run --spec \"$FAKELET_WHEEL\" fakelet --version", (0,)),
 ]
+AFTER = {"bundle": "main job", "verify": "bundle"}  # a step that reads what another wrote
+PARALLEL_STEPS = 2
 
 # Installed into the venv's site-packages as sitecustomize: every Python process of the venv logs a
 # touch of the checkout. It writes with os.write on a descriptor opened once, outside the hook's reach.
@@ -143,30 +148,40 @@ def clean_env(venv: Path, work: Path, wheel: Path) -> dict[str, str]:
 
 
 def run_hidden(steps: list[tuple[str, str, tuple[int, ...]]], empty: Path, env: dict[str, str]) -> list[dict]:
-    """Each step in a private mount namespace where the checkout is an empty tmpfs."""
+    """Each step in a private mount namespace where the checkout is an empty tmpfs; two at a time (most of a
+    step is waiting on a plugin's bounds), but a step that reads another's output after it (AFTER)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         raise CannotCheck("hiding the checkout needs root and unshare(1) (util-linux)")
-    results = []
-    for name, command, ok in steps:
-        say(f"{name}: {command}")
-        script = f'mount -t tmpfs -o size=1m,mode=0555 fakelet-hidden "$1" && cd "$2" && {command}'
-        started = time.monotonic()
-        try:
-            proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script,
-                                   "hide", str(REPO), str(empty)], env=env, cwd=empty, timeout=STEP_TIMEOUT_S,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            code, output = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as err:
-            code, output = None, f"did not finish within {STEP_TIMEOUT_S}s: {err.output or ''}"
-        took = time.monotonic() - started
-        passed = code in ok
-        tail = "\n".join(output.strip().splitlines()[-12:])
-        say(f"{name}: exit {code} in {took:.0f}s, {'as expected' if passed else f'expected {ok}'}")
-        if not passed:
-            print(tail, flush=True)
-        results.append({"step": name, "command": command, "exit": code, "expected": list(ok), "passed": passed,
-                        "seconds": round(took, 1), "tail": tail})
-    return results
+    names = {name for name, _c, _ok in steps}
+    first = [s for s in steps if AFTER.get(s[0]) not in names]
+    then = [s for s in steps if AFTER.get(s[0]) in names]
+    with ThreadPoolExecutor(PARALLEL_STEPS) as pool:
+        done = dict(zip([s[0] for s in first], pool.map(lambda s: run_one(s, empty, env), first), strict=True))
+    for step in then:  # in STEPS order, which puts each after what it reads
+        done[step[0]] = run_one(step, empty, env)
+    return [done[name] for name, _c, _ok in steps]
+
+
+def run_one(step: tuple[str, str, tuple[int, ...]], empty: Path, env: dict[str, str]) -> dict:
+    name, command, ok = step
+    say(f"{name}: {command}")
+    script = f'mount -t tmpfs -o size=1m,mode=0555 fakelet-hidden "$1" && cd "$2" && {command}'
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script,
+                               "hide", str(REPO), str(empty)], env=env, cwd=empty, timeout=STEP_TIMEOUT_S,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        code, output = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as err:
+        code, output = None, f"did not finish within {STEP_TIMEOUT_S}s: {err.output or ''}"
+    took = time.monotonic() - started
+    passed = code in ok
+    tail = "\n".join(output.strip().splitlines()[-12:])
+    say(f"{name}: exit {code} in {took:.0f}s, {'as expected' if passed else f'expected {ok}'}")
+    if not passed:
+        print(f"--- {name}\n{tail}", flush=True)
+    return {"step": name, "command": command, "exit": code, "expected": list(ok), "passed": passed,
+            "seconds": round(took, 1), "tail": tail}
 
 
 def control(empty: Path, env: dict[str, str], work: Path) -> None:
