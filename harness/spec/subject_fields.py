@@ -232,6 +232,7 @@ RULES: tuple[str, ...] = (
     "`observes` needs a `backend`: the fake hardware whose changes the plugin observes.",
     "`rolling_update` is only for a DRA driver.",
     "`rolling_update`'s args or env use `{pod_uid}`, so that each instance gets its own pod UID.",
+    "A defect's name has no `+`: `+` joins defects (`--defect a+b` runs a mutant with both bugs).",
     "`device_plugin_beside` is only for a DRA driver.",
     "`device_plugin_beside`'s args or env use `{dp_devices}` or `{dp_uuids}`: that is how the driver is told.",
 )
