@@ -60,6 +60,9 @@ REFERENCE_JOBS = "5"  # checks at once in a run under the kubelet's own bounds (
 # Checks at once in a mutant's run, under its short bound. Given, not `auto`: a defect never timed on this machine
 # would get a worker per check (scheduler.auto_jobs), while three of these runs share 2 cores.
 MUTANT_JOBS = "4"
+# A covering run's checks all fail, most by waiting out a bound the mutant never meets (bad-resource-name's 30
+# wait for a registration the kubelet refuses): up to this many at once, for the same CPU in less wall time.
+COVERING_JOBS = 8
 # Seconds: long enough for a prompt plugin's reaction on a loaded CI machine. A process's start-up does not
 # count against it (its first Register call has the kubelet's 30 s: Profile.startup_s).
 MUTANT_REACTION_BOUND_S = "4"
@@ -151,13 +154,16 @@ def other_surfaces(spec: SubjectSpec) -> set[str]:
         | (set() if spec.name in FABRIC else set(BINDING_CHECKS))
 
 
-def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool = False) -> list[str]:
+def run_args(spec: SubjectSpec, request: pytest.FixtureRequest, reference: bool = False,
+             covering: int = 0) -> list[str]:
+    """`covering`: the number of checks of a covering run (tests/matrix_sample.py KILLS_ONLY), 0 for another."""
+    jobs = str(min(covering, COVERING_JOBS)) if covering > int(MUTANT_JOBS) else MUTANT_JOBS
     if not spec.is_dra:
         # The reference run's checks mostly wait (outages, quiet windows) under the kubelet's own bounds:
         # more of them at once costs little CPU; the longest start first (harness/run/scheduler.py).
-        return ["--jobs", REFERENCE_JOBS if reference else MUTANT_JOBS]
+        return ["--jobs", REFERENCE_JOBS if reference else jobs]
     # Most of a DRA mutant run is waiting out bounds (T) on checks it fails: more jobs, same CPU.
-    return ["--jobs", MUTANT_JOBS, "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
+    return ["--jobs", jobs, "--control-plane", f"kubeconfig:{request.getfixturevalue('shared_kubeconfig')}"]
 
 
 @pytest.mark.slow
@@ -216,7 +222,7 @@ def test_mutant_fails_exactly_its_checks(subject: str, defect: str, tmp_path: Pa
     began = time.monotonic()
     bound = MUTANT_BOUNDS_S.get(defect, MUTANT_REACTION_BOUND_S)
     code, report = fakelet_run(tmp_path, "--defect", defect, "--reaction-bound", bound,
-                               *only, *run_args(spec, request), subject=subject,
+                               *only, *run_args(spec, request, covering=len(covers or ())), subject=subject,
                                timeout_s=case.wall_s or RUN_TIMEOUT_S)
     wall_s = time.monotonic() - began
     if case.wall_s is not None:

@@ -7,6 +7,7 @@ endpoint is tested on its own with the fake kubelet behind it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,7 +223,16 @@ steps:
 """.replace("REG", REG_SOCKET)
 
 
-@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=pytest.mark.real_kubelet)])
+# The real kubelet's case waits for its gRPC reconnect backoff to reach the new dra.sock (130 s of the real-kubelet
+# env's worker time at CI's load): tox -e fidelity runs it. The default real-kubelet env keeps a deleted registration
+# socket on the real kubelet twice: the driver that stays away (below) and DRA-RST-03 in reference-dra's fidelity row.
+IN_FIDELITY_ENV = os.environ.get("FAKELET_FIDELITY") == "full"
+
+
+@pytest.mark.parametrize("node", ["fake", pytest.param("real", marks=[
+    pytest.mark.real_kubelet,
+    pytest.mark.skipif(not IN_FIDELITY_ENV, reason="the real kubelet's case runs in tox -e fidelity "
+                       "(FAKELET_FIDELITY=full): its reconnect backoff costs the real-kubelet env two minutes")])])
 def test_a_deleted_dra_registration_socket_deregisters_the_driver_until_it_is_back(tmp_path: Path,
                                                                                   node: str) -> None:
     out, output = kept_on(tmp_path, DRA_SOCKETS, node)
