@@ -256,7 +256,7 @@ class Plugin:
             "python": sys.executable, "plugin_dir": str(sandbox.plugin_dir),
             "kubelet_socket": str(sandbox.kubelet_socket), "dev_dir": str(root / "dev"),
             "sandbox": str(sandbox.path), "resource": self.resource, "free_port": str(free_port()),
-            "defect": "", "bin": "", "inventory": "", "sysfs_root": str(root),
+            "defect": "", "bin": "", "inventory": "", "sysfs_root": str(root), "cdi_dir": str(sandbox.cdi_dir),
         }
         argv = [render(a, values, spec.source) for a in spec.command] + ["--socket-name", self.socket_name]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(sandbox.path),

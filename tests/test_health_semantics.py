@@ -95,7 +95,10 @@ def test_hotplug_by_count_for_plugins_with_their_own_device_names(tmp_path, defe
     profile["devices"] = {"ids": "opaque"}
     (fixtures / "subjects" / "reference-dp.yaml").write_text(yaml.safe_dump(profile))
     out = tmp_path / "out"
-    args = ["run", "--check", "DP-HLT-05", "--out", str(out)] + (["--defect", defect] if defect else [])
+    # The mutant fails by never reacting: a short bound, as the kill matrix gives its mutants (the fast profile's
+    # own bound made this the py env's longest DP-HLT run, about a minute under CI's load).
+    mutant = ["--defect", defect, "--reaction-bound", "4"] if defect else []
+    args = ["run", "--check", "DP-HLT-05", "--out", str(out), *mutant]
     subprocess.run([sys.executable, "-m", "harness.run.cli", *args], capture_output=True, text=True, timeout=120,
                    env=dict(os.environ, FAKELET_FIXTURES=str(fixtures)))
     (check,) = json.loads((out / "report.json").read_text())["checks"]

@@ -146,3 +146,17 @@ def test_partial_reads_agree_with_full_reads(world: World, defect: str | None) -
         drain(plugin, watcher)
         twin.refresh()
         assert plugin.devices == twin.devices, f"after {op} {device}"
+
+
+def test_a_burst_of_flips_ends_in_the_last_state(world: World) -> None:
+    """Flips written back to back, read as one batch: the list ends where the backend ended (P3's final view)."""
+    backend, args, watcher = world
+    plugin = make(args)
+    plugin.source.watch(watcher)
+    rng = random.Random(3)
+    for _ in range(30):
+        device = rng.choice(["gpu-1", "gpu-2", "gpu-3"])
+        (backend.recover if backend.state(device)["health"] == "Unhealthy" else backend.fail)(device)
+    drain(plugin, watcher)
+    assert {d["id"]: d["health"] for d in plugin.devices} == {d.id: d.health for d in backend.devices()}
+    assert plugin.devices == full_read(args)

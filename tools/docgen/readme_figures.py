@@ -15,7 +15,7 @@ from docgen.markdown import cell, table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-IDS = ("P1-ratio", "P1b", "P3", "P5-py", "EXPLORE")  # the goals a README reader asks about, in the issues' order
+IDS = ("P1-ratio", "P1b", "P2", "P3", "P5-py", "EXPLORE")  # the goals a README reader asks about, in the issues' order
 BEGIN = "<!-- BEGIN generated from benchmarks/figures.yaml by tools/gen_docs.py: do not edit -->"
 END = "<!-- END generated -->"
 
