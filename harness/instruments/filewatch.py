@@ -15,8 +15,10 @@ from harness.instruments.timeline import Timeline
 
 
 class FileWatch:
-    def __init__(self, directory: Path, timeline: Timeline, source: str = "files") -> None:
-        self.directory, self.timeline, self.source = Path(directory), timeline, source
+    def __init__(self, directory: Path, timeline: Timeline, source: str = "files",
+                 ignore: frozenset[str] = frozenset()) -> None:
+        """`ignore`: names whose events say nothing about the plugin (the kubelet's own scratch files)."""
+        self.directory, self.timeline, self.source, self.ignore = Path(directory), timeline, source, ignore
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
@@ -36,6 +38,8 @@ class FileWatch:
             if self._wake_r in ready:
                 return
             for event in self._inotify.read(timeout=0):
+                if event.name in self.ignore:
+                    continue
                 created = bool(event.mask & (IN.CREATE | IN.MOVED_TO))
                 path = self.directory / event.name
                 self.timeline.record("file.created" if created else "file.deleted", self.source,

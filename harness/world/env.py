@@ -27,6 +27,7 @@ from harness.instruments.bounds import megabytes
 from harness.instruments.filewatch import FileWatch
 from harness.instruments.teardown import run_all
 from harness.instruments.timeline import Event, Timeline, WaitTimeout
+from harness.kubelet import checkpoint
 from harness.kubelet.versions import KubeletVersion
 from harness.kubelet.versions import default as default_kubelet_version
 from harness.launch.namespace import NamespaceLauncher, paths_in
@@ -141,7 +142,9 @@ class DPEnv:
             self.node = self._make_node()
             self.subject = self._make_launcher()
             self.expected_ids, self.expected_count = spec.expected_devices(self.inventory)
-            self.files = FileWatch(self.sandbox.plugin_dir, self.timeline).start()
+            # The checkpoint's scratch file comes and goes on every admission: two events that woke every waiter.
+            self.files = FileWatch(self.sandbox.plugin_dir, self.timeline,
+                                   ignore=frozenset({checkpoint.SCRATCH_NAME})).start()
         except BaseException:
             run_all([*([self.levelzero.stop] if self.levelzero is not None else []),
                      *([self.devices.stop] if self.devices is not None else []), self.sandbox.close])
@@ -436,7 +439,7 @@ class DPEnv:
 
     def _leftover_files(self) -> list[str]:
         """Files the stopped plugin left in the device-plugins directory, which the sandbox removes."""
-        kubelet_files = {"kubelet.sock", "kubelet_internal_checkpoint"}
+        kubelet_files = {"kubelet.sock", checkpoint.CHECKPOINT_NAME, checkpoint.SCRATCH_NAME}
         try:
             left = sorted(p.name for p in self.sandbox.plugin_dir.iterdir() if p.name not in kubelet_files)
         except OSError:
