@@ -651,6 +651,18 @@ def test_checkpoint_keeps_the_upstream_shape(sandbox, timeline, make_node, make_
                                                 "DeviceIDs": {"-1": alloc.device_ids}}]
 
 
+def test_a_devices_event_finds_its_list_in_the_checkpoint(sandbox, timeline, make_node, make_plugin):
+    """genericDeviceUpdateCallback writes the checkpoint on every list; written before the event, so a check that
+    reads it on the event sees that list (P3 made the write cheap, not later)."""
+    node = make_node()
+    plugin = make_plugin([("d0", HEALTHY), ("d1", UNHEALTHY)])
+    register_and_list(node, timeline, plugin)
+    for devices in ([("d1", HEALTHY), ("d0", HEALTHY)], [("d0", UNHEALTHY), ("d2", HEALTHY)], []):
+        push_and_wait(timeline, plugin, devices)
+        data = checkpoint.read(sandbox.plugin_dir / checkpoint.CHECKPOINT_NAME)
+        assert data.registered == {RES: sorted(i for i, h in devices if h == HEALTHY)}, devices
+
+
 @pytest.mark.parametrize("garbage", [b"", b"not json", b'{"Data": 1}', b'{"Data": {}, "Checksum": 1}', b"\xff" * 64])
 def test_a_corrupt_checkpoint_costs_the_allocations_not_the_start(sandbox, timeline, make_node, make_plugin,
                                                                   garbage):

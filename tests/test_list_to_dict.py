@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,11 +40,28 @@ def test_same_dict_as_message_to_dict(devices: list[tuple[str, str, list[int] | 
     assert ordered(list_to_dict(msg)) == ordered(message_to_dict(msg))  # the second time from its cache
 
 
-def test_every_event_gets_dicts_of_its_own() -> None:
+def test_every_event_gets_a_list_of_its_own() -> None:
     msg = dp.ListAndWatchResponse(devices=[device("gpu-0", "Healthy", [0])])
     first, second = list_to_dict(msg), list_to_dict(msg)
-    first["devices"][0]["topology"]["nodes"][0]["ID"] = "9"
-    assert second["devices"][0]["topology"]["nodes"][0]["ID"] == "0"
+    first["devices"].append({"ID": "gpu-9"})
+    assert first is not second and len(second["devices"]) == 1
+
+
+def test_a_device_listed_again_adds_no_containers() -> None:
+    """P3: the timeline keeps every list; fresh dicts per device were 2 GB at 32 x 1,024 and most of the kubelet's
+    time in the garbage collector. A device listed as before is the same (read-only) dict, a changed one a new dict."""
+    many = 256
+    before = dp.ListAndWatchResponse(devices=[device(f"gpu-{i}", "Healthy", [i % 2]) for i in range(many)])
+    after = dp.ListAndWatchResponse(devices=[device(f"gpu-{i}", "Unhealthy" if i == 7 else "Healthy", [i % 2])
+                                             for i in range(many)])
+    first = list_to_dict(before)
+    gc.collect()
+    tracked = len(gc.get_objects())
+    second = list_to_dict(after)
+    assert len(gc.get_objects()) - tracked < many // 4  # a few, not three containers per device
+    assert [a is b for a, b in zip(first["devices"], second["devices"], strict=True)].count(False) == 1
+    assert second["devices"][7]["health"] == "Unhealthy" and first["devices"][7]["health"] == "Healthy"
+    assert ordered(second) == ordered(message_to_dict(after))
 
 
 def test_other_messages_go_through_to_dict() -> None:

@@ -146,6 +146,8 @@ def test_partial_reads_agree_with_full_reads(world: World, defect: str | None) -
         drain(plugin, watcher)
         twin.refresh()
         assert plugin.devices == twin.devices, f"after {op} {device}"
+        # The wire messages too: the plugin's reuse those of unchanged devices, the twin's are all built afresh.
+        assert plugin.device_list() == twin.device_list(), f"after {op} {device}"
 
 
 def test_a_burst_of_flips_ends_in_the_last_state(world: World) -> None:

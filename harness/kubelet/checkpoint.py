@@ -42,12 +42,30 @@ def _payload(data: CheckpointData) -> dict:
     }
 
 
+def device_ids_json(ids: list[str]) -> bytes:
+    """One resource's RegisteredDevices value, encoded as json.dumps encodes it inside the whole payload."""
+    return json.dumps(ids).encode()
+
+
+def encode(entries: list[PodDeviceEntry], registered: dict[str, bytes]) -> bytes:
+    """json.dumps(_payload(data), sort_keys=True).encode(), byte for byte, from each resource's device list
+    already encoded (device_ids_json): the kubelet writes the checkpoint on every device list, and encoding all
+    32 resources of 1,024 devices took 2.6 ms of a list's 9 ms in P3, where one list changes one resource."""
+    pods = json.dumps(_payload(CheckpointData(entries))["PodDeviceEntries"], sort_keys=True).encode()
+    devices = b", ".join(json.dumps(r).encode() + b": " + registered[r] for r in sorted(registered))
+    return b'{"PodDeviceEntries": %s, "RegisteredDevices": {%s}}' % (pods, devices)
+
+
 def write(path: Path, data: CheckpointData) -> None:
-    # One encoding, the one the checksum is over, written as it is: the kubelet writes the checkpoint on every
-    # device list, and json's indent runs its pure-Python encoder (13 ms for 32 resources of 1,024 devices).
-    # Raw os calls: the kubelet writes it inside an admission, and pathlib's text layer was a tenth of P2's
-    # budget on this machine.
-    blob = json.dumps(_payload(data), sort_keys=True).encode()
+    write_encoded(path, encode(data.entries, {r: device_ids_json(ids) for r, ids in data.registered.items()}))
+
+
+def write_encoded(path: Path, blob: bytes) -> None:
+    """Write a payload encode() made, with its checksum, whole: to a scratch file renamed over the checkpoint.
+
+    One encoding, the one the checksum is over, written as it is; json's indent runs its pure-Python encoder
+    (13 ms for 32 resources of 1,024 devices). Raw os calls: the kubelet writes it inside an admission, and
+    pathlib's text layer was a tenth of P2's budget on this machine."""
     tmp = path.with_name(SCRATCH_NAME)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

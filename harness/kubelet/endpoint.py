@@ -136,13 +136,15 @@ class Endpoint:
         return (f"no answer within fakelet's {self.hang_bound_s:g}s bound; the kubelet sets no deadline on this "
                 "call, so a real kubelet would wait forever")
 
-    def run(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],
+    def run(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse, dict], None],
             on_end: Callable[[Endpoint, str], None]) -> None:
+        """Watch ListAndWatch on a thread: `on_update` gets each message, and its dict as the timeline has it
+        (read-only: the event's own), `on_end` the reason the stream ended."""
         self._thread = threading.Thread(target=self._watch, args=(on_update, on_end),
                                         name=f"law-{self.resource}-{self.id}", daemon=True)
         self._thread.start()
 
-    def _watch(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse], None],
+    def _watch(self, on_update: Callable[[Endpoint, dp.ListAndWatchResponse, dict], None],
                on_end: Callable[[Endpoint, str], None]) -> None:
         reason = "stream ended by plugin"
         try:
@@ -155,10 +157,10 @@ class Endpoint:
                                                endpoint_id=self.id, resource=self.resource)
                     self._stream.cancel()
                     break
+                message = list_to_dict(response)
                 self.timeline.record("grpc.stream_msg", "kubelet", side="client", method="ListAndWatch",
-                                     endpoint_id=self.id, resource=self.resource,
-                                     message=list_to_dict(response))
-                on_update(self, response)
+                                     endpoint_id=self.id, resource=self.resource, message=message)
+                on_update(self, response, message)
         except grpc.RpcError as err:
             reason = "stopped by kubelet" if self._stopping.is_set() else status_of(err)
             if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
