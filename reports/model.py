@@ -31,6 +31,7 @@ HARNESS_ERROR, INTERRUPTED = "ERROR", "INTERRUPTED"
 EXIT_CODES = {CONFORMANT: 0, NOT_CONFORMANT: 1, HARNESS_ERROR: 2, INCOMPLETE: 3, INTERRUPTED: 130}
 # Most severe first: a run's status is the first that applies to any of its subjects.
 SEVERITY = (INTERRUPTED, NOT_CONFORMANT, HARNESS_ERROR, INCOMPLETE, CONFORMANT)
+NO_VERDICT_INTERRUPTED = "interrupted before its verdict"  # a selected check a stop signal left without a result
 
 
 @dataclass
@@ -174,7 +175,7 @@ class SubjectReport:
 
     def no_result(self) -> str:
         """What a check without a result (`missing`) says in every writer."""
-        return "interrupted before its verdict" if self.interrupted else "the check never reported a verdict"
+        return NO_VERDICT_INTERRUPTED if self.interrupted else "the check never reported a verdict"
 
     def install_hints(self) -> list[str]:
         return sorted({c.install for c in self.checks if c.verdict == SKIP and c.install})

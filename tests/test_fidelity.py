@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,71 @@ def test_the_cgroups_of_a_dead_runs_node_are_reaped() -> None:
         from harness.node.real.cgroups import remove_cgroups
         remove_cgroups(dead, timeout_s=0)
         remove_cgroups(alive, timeout_s=0)
+
+
+# -- stopped early (docs/isolation.md, Leftovers) -----------------------------------------------------------------
+
+
+def test_a_stop_while_a_target_runs_writes_the_table_of_what_ran(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: exit 130 with no fidelity.md nor fidelity.json. Both sides stopped (each side's check run is waited
+    on in a thread, where Python raises no KeyboardInterrupt); the second target never ran. No kubelet: run_one is
+    a stand-in that stops as commands.run_one does."""
+    from harness.config.runconfig import RunConfig
+    from harness.run import commands
+    from harness.run.stopping import StopSignals
+    from reports.model import INTERRUPTED, NO_VERDICT_INTERRUPTED, CheckResult, SubjectReport
+
+    stop = StopSignals()
+    monkeypatch.setattr(commands, "_stop", stop)
+    args = type("Args", (), {"profile": "fast", "seed": 0, "mutant_bound": 6.0, "kubelet_version": "default"})()
+    checks = ("DP-REG-02", "DP-RST-04")
+    targets = [fidelity.Target("reference-dp", None, checks), fidelity.Target("generic-device-plugin", None, checks)]
+
+    def run_one(_args: object, run: RunConfig, out: Path) -> SubjectReport:
+        stop.requested = True  # the signal, as the main thread notes it
+        partial = commands.nothing_ran(run)
+        if run.node == "fake":  # one verdict in before the stop
+            partial.checks = [CheckResult("DP-REG-02", "MUST", "version", "pass", 1.0)]
+            partial.missing = ["DP-RST-04"]
+        raise commands.Interrupted(partial)
+
+    table = fidelity.run(args, targets, [], tmp_path, run_one, lambda runs: None, lambda line: None, stop)
+    assert table.interrupted and table.gaps() == []
+    got = {(r.target.subject, r.check): (r.fake, r.real) for r in table.rows}
+    assert got == {("reference-dp", "DP-REG-02"): ("pass", NO_VERDICT_INTERRUPTED),
+                   **{k: (NO_VERDICT_INTERRUPTED, NO_VERDICT_INTERRUPTED)
+                      for k in [("reference-dp", "DP-RST-04"), ("generic-device-plugin", "DP-REG-02"),
+                                ("generic-device-plugin", "DP-RST-04")]}}
+    data = json.loads((tmp_path / "fidelity.json").read_text())
+    assert data["status"] == INTERRUPTED and data["gaps"] == 0 and len(data["rows"]) == 4
+    page = (tmp_path / "fidelity.md").read_text()
+    assert f"**{INTERRUPTED}**" in page
+    assert "| reference-dp | DP-REG-02 | pass | interrupted before its verdict |" in page
+
+
+@real
+def test_fidelity_stopped_while_both_kubelets_run_writes_an_interrupted_table(tmp: Path, tmp_path: Path) -> None:
+    """Before: exit 130, the real side's report alone and no table. A real SIGINT to fakelet's process group."""
+    from test_cli import _processes_naming, _wait_for_plugin_socket, leftovers
+    from test_interrupts import start_run, stop
+
+    from reports.model import INTERRUPTED, NO_VERDICT_INTERRUPTED, VERDICTS
+
+    need_real_kubelet()
+    out = tmp_path / "new"
+    proc = start_run(tmp, "fidelity", "--subject", "reference-dp", "--out", str(out))
+    try:
+        _wait_for_plugin_socket(tmp, 300, proc)  # a side's checks have begun
+        os.killpg(proc.pid, signal.SIGINT)
+    finally:
+        _, stderr = stop(proc, 180)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    data = json.loads((out / "fidelity.json").read_text())
+    assert data["status"] == INTERRUPTED and data["gaps"] == 0, data
+    sides = {v for r in data["rows"] for v in (r["fake"], r["real"])}
+    assert NO_VERDICT_INTERRUPTED in sides and sides <= {*VERDICTS, NO_VERDICT_INTERRUPTED} - {"error"}, sides
+    assert f"**{INTERRUPTED}**" in (out / "fidelity.md").read_text()
+    assert leftovers(tmp) == [] and _processes_naming(tmp) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["new"]

@@ -4,8 +4,9 @@ Importing the commands takes seconds on a loaded machine. A SIGTERM in that wind
 fakelet by the signal (exit -15, no word of it), and a Ctrl-C printed an import traceback;
 raising there also broke imports half-way (a KeyboardInterrupt inside a class body surfaces
 as a RuntimeError). So a stop during the imports is only noted: once they are done, `fakelet
-run` writes the INTERRUPTED report it promises at any moment (nothing ran), and any other
-command says it was interrupted before anything started (exit 130, one line).
+run` writes the INTERRUPTED report it promises at any moment (nothing ran), `matrix` and
+`fidelity` their INTERRUPTED tables, and any other command says it was interrupted before
+anything started (exit 130, one line).
 The commands themselves are in commands.py.
 """
 
@@ -51,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
         for sig in STOP_SIGNALS:
             signal.signal(sig, _stop)  # commands.main installs its own once it runs
-        if noted and given[:1] != ["run"]:
-            raise KeyboardInterrupt  # `run` alone owes a report (of nothing run) for a stop this early
+        if noted and given[:1] not in (["run"], ["matrix"], ["fidelity"]):
+            raise KeyboardInterrupt  # these alone owe a report or table (of nothing run) for a stop this early
         code = commands.main(argv, stopped=bool(noted))
         # Written here, not at the interpreter's exit: a pipe's reader that left (`fakelet checks | head`)
         # is then a broken pipe this function can tell apart, not an "Exception ignored" and exit 120.

@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -62,6 +63,7 @@ from reports.writers import write_all, write_index
 if TYPE_CHECKING:
     from harness.controlplane import ControlPlane
     from harness.run.session import Session
+    from harness.run.sharedplane import BackgroundPlane
     from harness.scenarios.schema import Scenario
 
 EXIT_OK, EXIT_NONCONFORMANT, EXIT_USAGE = 0, 1, 2
@@ -527,7 +529,7 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
                                     env={**os.environ, **CHECK_RUN_ENV})
         try:
             _stop.raise_if_requested()
-            code = proc.wait()
+            code = wait_check_run(proc)
         except KeyboardInterrupt:
             print(f"\nfakelet: stopping: the checks of {run.spec.name} tear down (at most {INTERRUPT_GRACE_S:.0f} s)",
                   file=sys.stderr, flush=True)
@@ -540,6 +542,22 @@ def run_one(args: argparse.Namespace, run: RunConfig, out: Path) -> SubjectRepor
         raise RuntimeError(f"the check run for {run.spec.name} ended with pytest exit code {code} and no report; "
                            f"rerun with -v to see its output")
     return report
+
+
+STOP_POLL_S = 0.2  # how soon a check run waited on outside the main thread (fidelity's sides) sees a stop
+
+
+def wait_check_run(proc: subprocess.Popen[bytes]) -> int:
+    """The check run's exit code. Python raises a stop signal's KeyboardInterrupt in the main thread only: a
+    run waited on in another thread looks for the stop itself, and then stops as the main thread's would."""
+    if threading.current_thread() is threading.main_thread():
+        return proc.wait()
+    while True:
+        try:
+            return proc.wait(STOP_POLL_S)
+        except subprocess.TimeoutExpired:
+            if _stop.requested:
+                raise KeyboardInterrupt from None
 
 
 def stop_check_run(proc: subprocess.Popen[bytes]) -> None:
@@ -588,6 +606,24 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     # The check processes find it through the environment, so their repro lines still say "local".
     os.environ[SHARED_CONTROL_PLANE_ENV] = spec
     return plane
+
+
+def shared_plane_beside(runs: list[RunConfig]) -> BackgroundPlane | ControlPlane | None:
+    """The local API server every DRA or real-kubelet run shares, starting while the first check run starts
+    (harness/run/sharedplane.py): its checks wait for it, not the whole run."""
+    if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
+        return None
+    from harness.run import provenance
+    from harness.run.sharedplane import BackgroundPlane
+
+    provenance.announce_plane(None)  # the check processes read the description the plane publishes
+    plane = BackgroundPlane(scheduler=any(r.suite == "kep5970" for r in runs))
+    os.environ[SHARED_CONTROL_PLANE_ENV] = plane.spec
+    try:
+        return plane.start()
+    except BaseException:  # a stop while its binaries are found: nothing of it may stay
+        plane.stop()
+        raise
 
 
 def reap_dead_runs() -> None:
@@ -724,7 +760,7 @@ def run_subjects(args: argparse.Namespace, runs: list[RunConfig],
 
         _stop.raise_if_requested()  # one that came while the flags were checked: nothing is started
         reap_dead_runs()
-        plane = shared_control_plane(runs)
+        plane = shared_plane_beside(runs)
         for run in runs:
             target = stage if len(runs) == 1 else stage / run.spec.name
             # As a scenario run says it (cmd_scenario): the fake asked for a release models it only through the
@@ -966,6 +1002,29 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
 
 
 def cmd_fidelity(args: argparse.Namespace) -> int:
+    # A stop while the flags are checked (the real node's probes take seconds) is acted on in fidelity.run.
+    with _stop.shielded():
+        out, targets, known = fidelity_plan(args)
+        reap_dead_runs()
+        fresh_out(out)
+    try:
+        table = fidelity.run(args, targets, known, out, run_one, shared_control_plane,
+                             lambda line: print(line, flush=True), _stop)
+    finally:
+        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+    if table.interrupted:
+        print(f"fakelet: interrupted; subjects stopped and sandboxes removed\ntable: {out}/fidelity.md",
+              file=sys.stderr)
+        return 130
+    gaps = table.gaps()
+    print(f"\nwall time: fake {table.wall_s['fake']:.1f}s, real {table.wall_s['real']:.1f}s; "
+          f"{len(gaps)} unexplained difference(s)")
+    print(f"table: {out}/fidelity.md")
+    return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
+
+
+def fidelity_plan(args: argparse.Namespace) -> tuple[Path, list[fidelity.Target], list[fidelity.Known]]:
+    """The table's directory, the targets and the known gaps: every flag checked before anything starts."""
     if not 1 <= args.jobs <= max_jobs():
         raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} ({scheduler.JOBS_PER_CPU} per CPU)")
     # Named here: a bad bound would otherwise surface from the first mutant's run as --reaction-bound's error.
@@ -983,23 +1042,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     targets, known = fidelity.load_targets(Path(args.targets) if args.targets else fidelity.default_targets_file())
     if args.subject:
         targets = [fidelity.Target(s, args.defect) for s in args.subject]
-    out = check_out(args.out)
-    reap_dead_runs()
-    fresh_out(out)
-
-    try:
-        table = fidelity.run(args, targets, known, out, run_one, shared_control_plane,
-                             lambda line: print(line, flush=True))
-    except Interrupted:
-        print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
-        return 130
-    finally:
-        os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
-    gaps = table.gaps()
-    print(f"\nwall time: fake {table.wall_s['fake']:.1f}s, real {table.wall_s['real']:.1f}s; "
-          f"{len(gaps)} unexplained difference(s)")
-    print(f"table: {out}/fidelity.md")
-    return EXIT_OK if not gaps else EXIT_CODES[NOT_CONFORMANT]
+    return check_out(args.out), targets, known
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -1055,19 +1098,21 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         if not 1 <= args.jobs <= max_jobs():
             raise UsageError(f"--jobs {args.jobs}: must be between 1 and {max_jobs()} "
                              f"({scheduler.JOBS_PER_CPU} per CPU)")
-        matrix.plan(args)  # every cell valid before the old table goes
-        if args.shard:
-            shards.parse_shard(args.shard)
-        reap_dead_runs()
-        fresh_out(out)
+        with _stop.shielded():  # a stop meanwhile is acted on once the table it owes can be written (matrix.run)
+            matrix.plan(args)  # every cell valid before the old table goes
+            if args.shard:
+                shards.parse_shard(args.shard)
+            reap_dead_runs()
+            fresh_out(out)
         args.repeat = 1
         try:
-            done = matrix.run(args, out, run_one, shared_control_plane, lambda line: print(line, flush=True))
-        except Interrupted:
-            print("fakelet: interrupted; subjects stopped and sandboxes removed", file=sys.stderr)
-            return 130
+            done = matrix.run(args, out, run_one, shared_control_plane, lambda line: print(line, flush=True), _stop)
         finally:
             os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
+        if _stop.requested:
+            print(f"fakelet: interrupted; subjects stopped and sandboxes removed\ntable: {out}/{matrix.MATRIX_MD}",
+                  file=sys.stderr)
+            return 130
     print(f"\ntable: {out}/{matrix.MATRIX_MD}")
     return EXIT_CODES[run_status([r for _, r in done])] if done else EXIT_OK
 

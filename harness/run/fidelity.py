@@ -15,6 +15,7 @@ or from --subject/--defect on the command line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import threading
@@ -27,13 +28,14 @@ from harness.config.runconfig import RunConfig, check_kubelet_version
 from harness.kubelet.versions import KUBELET_VERSIONS, minor_of
 from harness.spec.checks import SUITES, catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
-from reports.model import NOT_EXERCISED, SKIP, SubjectReport
+from reports.model import INTERRUPTED, NO_VERDICT_INTERRUPTED, NOT_EXERCISED, SKIP, SubjectReport
 
 DEFAULT_TARGETS = "fidelity.yaml"  # under fixtures/
 NODES = ("fake", "real")
 TARGET_FIELDS = {"subject", "defect", "checks"}
 KNOWN_FIELDS = {"subject", "defect", "check", "fake", "real", "why"}
 UNEXERCISED = {NOT_EXERCISED, SKIP}  # nothing to compare: the table says why
+UNCOMPARED = UNEXERCISED | {NO_VERDICT_INTERRUPTED}
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class Row:
 
     @property
     def compared(self) -> bool:
-        return self.fake not in UNEXERCISED and self.real not in UNEXERCISED
+        return self.fake not in UNCOMPARED and self.real not in UNCOMPARED
 
     @property
     def gap(self) -> bool:
@@ -96,6 +98,7 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     wall_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(NODES, 0.0))
     stale_known: list[Known] = field(default_factory=list)  # listed, but the verdicts now agree
+    interrupted: bool = False  # a stop signal ended the run: rows not run say so
 
     def gaps(self) -> list[Row]:
         return [r for r in self.rows if r.gap]
@@ -108,6 +111,7 @@ class Table:
                      for r in self.rows],
             "wall_s": self.wall_s, "gaps": len(self.gaps()),
             "stale_known": [dataclasses.asdict(k) for k in self.stale_known],
+            **({"status": INTERRUPTED} if self.interrupted else {}),
         }
 
 
@@ -218,7 +222,8 @@ def compare(target: Target, reports: dict[str, SubjectReport], known: list[Known
     rows = []
     for check_id in target_checks(target):
         fake, real = by_node["fake"].get(check_id), by_node["real"].get(check_id)
-        row = Row(target, check_id, fake.verdict if fake else "missing", real.verdict if real else "missing",
+        row = Row(target, check_id, fake.verdict if fake else absent(reports["fake"]),
+                  real.verdict if real else absent(reports["real"]),
                   dict(fake.measured) if fake else {}, dict(real.measured) if real else {})
         row.known = next((k for k in known if k.target == target and k.check == check_id
                           and (k.fake, k.real) == (row.fake, row.real)), None)
@@ -226,6 +231,11 @@ def compare(target: Target, reports: dict[str, SubjectReport], known: list[Known
             row.detail = ((real.detail if real and real.detail else "") or (fake.detail if fake else ""))[:400]
         rows.append(row)
     return rows
+
+
+def absent(report: SubjectReport) -> str:
+    """A check without a result on one side: interrupted before its verdict, or missing."""
+    return report.no_result() if report.interrupted else "missing"
 
 
 def stale(known: list[Known], rows: list[Row]) -> list[Known]:
@@ -240,10 +250,12 @@ def _measured(m: dict[str, float]) -> str:
 
 def markdown(table: Table) -> str:
     lines = ["# fakelet fidelity: the fake kubelet beside the real one", "",
+             *([f"**{INTERRUPTED}**: stopped by a signal; a check without a verdict on either side says so", ""]
+               if table.interrupted else []),
              f"Wall time of the same checks, both kubelets side by side: fake {table.wall_s['fake']:.1f}s, "
              f"real {table.wall_s['real']:.1f}s"
              + (f" (the fake is {table.wall_s['real'] / table.wall_s['fake']:.1f}x faster)"
-                if table.wall_s["fake"] > 0 else ""), "",
+                if table.wall_s["fake"] > 0 and not table.interrupted else ""), "",
              "| target | check | fake | real | fake measured | real measured | note |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in table.rows:
@@ -259,11 +271,22 @@ def markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+class Stopped(KeyboardInterrupt):
+    """A stop signal while a target ran: what each side reported before it stopped (a side may have none)."""
+
+    def __init__(self, partial: dict[str, SubjectReport]) -> None:
+        super().__init__()
+        self.partial = partial
+
+
 def run_both(args: argparse.Namespace, runs: dict[str, RunConfig], out: Path, run_one: Any,
              wall_s: dict[str, float]) -> dict[str, SubjectReport]:
-    """One target on both kubelets at once (most of either run is waiting); each side's wall time added up."""
+    """One target on both kubelets at once (most of either run is waiting); each side's wall time added up.
+    A stop signal (in either side's run_one, or here) is `Stopped` once both sides have stopped."""
     reports: dict[str, SubjectReport] = {}
     errors: list[BaseException] = []
+
+    finished = {node: threading.Event() for node in NODES}
 
     def one(node: str) -> None:
         started = time.monotonic()
@@ -271,31 +294,54 @@ def run_both(args: argparse.Namespace, runs: dict[str, RunConfig], out: Path, ru
             reports[node] = run_one(args, runs[node], out / node)
         except BaseException as err:  # re-raised below, in the caller's thread
             errors.append(err)
-        wall_s[node] += time.monotonic() - started
+            if getattr(err, "partial", None) is not None:  # commands.Interrupted: what the side got to report
+                reports[node] = err.partial  # type: ignore[attr-defined]
+        finally:
+            wall_s[node] += time.monotonic() - started
+            finished[node].set()
 
+    stopped = False
     if getattr(args, "serial", False):  # for timing each side alone (benchmarks/p6_fake_vs_real.py)
         for node in NODES:
             one(node)
-        if errors:
-            raise errors[0]
-        return reports
-    threads = [threading.Thread(target=one, args=(node,), name=f"fidelity-{node}") for node in NODES]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+            if errors:
+                break
+    else:
+        threads = [threading.Thread(target=one, args=(node,), name=f"fidelity-{node}") for node in NODES]
+        try:
+            for t in threads:
+                t.start()
+        except KeyboardInterrupt:
+            stopped = True
+        # Waited on through events, not join(): a KeyboardInterrupt inside Thread.join() marks a running thread
+        # stopped (CPython before 3.13), and the interpreter's exit then no longer waits for its teardown.
+        for node, t in zip(NODES, threads, strict=True):
+            while t.ident is not None and not finished[node].is_set():
+                try:
+                    finished[node].wait()
+                except KeyboardInterrupt:
+                    stopped = True  # each side's run_one sees the stop and stops its own check run
+    if stopped or any(isinstance(e, KeyboardInterrupt) for e in errors):
+        raise Stopped(reports)
     if errors:
         raise errors[0]
     return reports
 
 
 def run(args: argparse.Namespace, targets: list[Target], known: list[Known], out: Path,
-        run_one: Any, shared_plane: Any, say: Any = print) -> Table:
-    """Run every target on both kubelets (run_one and shared_plane come from the CLI: one code path)."""
+        run_one: Any, shared_plane: Any, say: Any = print, stop: Any = None) -> Table:
+    """Run every target on both kubelets (run_one and shared_plane come from the CLI: one code path). `stop`
+    (harness/run/stopping.StopSignals): a stop signal at any moment ends the run with the table of what ran,
+    every other row interrupted before its verdict."""
+    shielded = stop.shielded if stop is not None else contextlib.nullcontext
     table = Table()
     plans = [(t, build_runs(t, args, out)) for t in targets]
-    plane = shared_plane([r for _, runs in plans for r in runs.values()])
+    plane = None
+    partial: dict[str, SubjectReport] = {}
     try:
+        if stop is not None:
+            stop.raise_if_requested()  # one that came while fakelet imported or checked its flags
+        plane = shared_plane([r for _, runs in plans for r in runs.values()])
         for target, runs in plans:
             reports = run_both(args, runs, out / target.slug, run_one, table.wall_s)
             rows = compare(target, reports, known)
@@ -303,11 +349,44 @@ def run(args: argparse.Namespace, targets: list[Target], known: list[Known], out
             for r in rows:
                 mark = "GAP " if r.gap else ("known " if r.known else "")
                 say(f"{target.name:40} {r.check:11} fake {r.fake:13} real {r.real:13} {mark}".rstrip())
+    except KeyboardInterrupt as err:
+        if stop is None:
+            raise  # a caller without the stop signals' state (benchmarks) handles it
+        partial = getattr(err, "partial", {})
     finally:
-        if plane is not None:
-            plane.stop()
-    table.stale_known = stale(known, table.rows)
+        with shielded():
+            if plane is not None:
+                plane.stop()
+    with shielded():
+        if stop is not None and stop.requested:
+            interrupted_rows(table, plans, partial, known)
+        write_table(table, known, out)
+    if stop is not None and stop.requested and not table.interrupted:
+        with shielded():  # the stop came while the table was written: say so in it
+            table.interrupted = True
+            write_table(table, known, out)
+    return table
+
+
+def interrupted_rows(table: Table, plans: list[tuple[Target, dict[str, RunConfig]]],
+                     partial: dict[str, SubjectReport], known: list[Known]) -> None:
+    """The rows of the targets the stop left unfinished: what each side reported, the rest without a verdict."""
+    from harness.run.commands import nothing_ran  # commands imports this module
+
+    table.interrupted = True
+    ran = {r.target for r in table.rows}
+    for target, runs in plans:
+        if target in ran:
+            continue
+        sides = {node: partial.get(node) or nothing_ran(runs[node]) for node in NODES}
+        for report in sides.values():
+            report.interrupted = True
+        table.rows += compare(target, sides, known)
+        partial = {}  # only the target that was running has partial reports
+
+
+def write_table(table: Table, known: list[Known], out: Path) -> None:
+    table.stale_known = [] if table.interrupted else stale(known, table.rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.json").write_text(json.dumps(table.to_dict(), indent=2) + "\n")
     (out / "fidelity.md").write_text(markdown(table))
-    return table

@@ -15,6 +15,7 @@ and `shard.json`; `--merge` refuses the same overlaps, gaps and foreign shards `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from harness.run import shards
 from harness.spec.checks import SUITES, catalog
 from harness.spec.subjects import ProfileError, load_subject
 from reports.merge import MergeError, ShardDir, check_shards
-from reports.model import SubjectReport
+from reports.model import INTERRUPTED, SubjectReport, run_status
 
 CELLS = "cells"
 NODES = ("fake", "real")
@@ -99,7 +100,10 @@ def build_run(cell: Cell, checks: list[str], args: argparse.Namespace, out: Path
 
 
 def run(args: argparse.Namespace, out: Path, run_one: Callable[..., SubjectReport], shared_plane: Any,
-        say: Callable[[str], None] = print) -> list[tuple[Cell, SubjectReport]]:
+        say: Callable[[str], None] = print, stop: Any = None) -> list[tuple[Cell, SubjectReport]]:
+    """Every cell of this shard, then its table. `stop` (harness/run/stopping.StopSignals): a stop signal at any
+    moment ends the run with the table of what ran, every other selected check interrupted before its verdict."""
+    shielded = stop.shielded if stop is not None else contextlib.nullcontext
     cells = plan(args)
     shard = shards.parse_shard(args.shard) if args.shard else shards.Shard(1, 1)
     pairs = sorted((c.label, cid) for c in cells for cid in checks_of(c, args.check))
@@ -108,20 +112,47 @@ def run(args: argparse.Namespace, out: Path, run_one: Callable[..., SubjectRepor
     work = [(c, ids) for c, ids in work if ids]
     say(f"matrix: {len(cells)} cell(s), shard {shard}: {len(mine)} of {len(pairs)} (cell, check) pairs")
     runs = [(c, build_run(c, ids, args, out / CELLS / c.slug)) for c, ids in work]
-    plane = shared_plane([r for _, r in runs])
     done: list[tuple[Cell, SubjectReport]] = []
+    plane = None
     try:
+        if stop is not None:
+            stop.raise_if_requested()  # one that came while fakelet imported or checked its flags
+        plane = shared_plane([r for _, r in runs])
         for cell, config in runs:
             report = run_one(args, config, out / CELLS / cell.slug)
             done.append((cell, report))
             say(f"{cell.label}: {report.status_line()}")
+    except KeyboardInterrupt as err:  # commands.Interrupted carries the partial report of the cell that ran
+        if stop is None:
+            raise  # a caller without the stop signals' state handles it
+        partial = getattr(err, "partial", None)
+        if partial is not None:
+            done.append((runs[len(done)][0], partial))
     finally:
-        if plane is not None:
-            plane.stop()
+        with shielded():
+            if plane is not None:
+                plane.stop()
     cell_map = {c.slug: {"subject": c.subject, "release": c.release, "node": c.node} for c in cells}
-    shards.write_record(shards.record_of(shard, pairs, mine, cells=cell_map), out)
-    write_table(done, out)
+    with shielded():
+        if stop is not None and stop.requested:
+            done = interrupted_cells(runs, done)
+        shards.write_record(shards.record_of(shard, pairs, mine, cells=cell_map), out)
+        write_table(done, out)
+    if stop is not None and stop.requested and not all(r.interrupted for _, r in done):
+        done = interrupted_cells(runs, done)  # the stop came while the table was written: say so in it
+        with shielded():
+            write_table(done, out)
     return done
+
+
+def interrupted_cells(runs: list[tuple[Cell, RunConfig]],
+                      done: list[tuple[Cell, SubjectReport]]) -> list[tuple[Cell, SubjectReport]]:
+    """Every cell marked interrupted; a cell that never ran lists every selected check without its verdict."""
+    from harness.run.commands import nothing_ran  # commands imports this module
+
+    for _, report in done:
+        report.interrupted = True
+    return done + [(cell, nothing_ran(config)) for cell, config in runs[len(done):]]
 
 
 def load_cells(path: Path) -> list[SubjectReport]:
@@ -167,24 +198,34 @@ def merge_dirs(dirs: list[Path], out: Path) -> list[tuple[Cell, SubjectReport]]:
 
 
 def write_table(done: list[tuple[Cell, SubjectReport]], out: Path) -> None:
-    """One table per subject: rows = checks, columns = release x node, in the order asked."""
+    """One table per subject: rows = checks, columns = release x node, in the order asked. A stopped run's table
+    says INTERRUPTED, and a selected check of it without a result says why instead of a verdict."""
     subjects = list(dict.fromkeys(c.subject for c, _ in done))
+    interrupted = any(r.interrupted for _, r in done)
     lines = ["# fakelet matrix", ""]
     data: dict[str, Any] = {"format": 1, "subjects": {}}
+    if interrupted:
+        ran = sum(1 for _, r in done if r.checks)
+        lines += [f"**{INTERRUPTED}**: stopped by a signal; {ran} of {len(done)} cell(s) have verdicts", ""]
+        data["status"] = run_status([r for _, r in done])
     for subject in subjects:
         cells = [(c, r) for c, r in done if c.subject == subject]
         columns = list(dict.fromkeys(c.column for c, _ in sorted(cells, key=lambda cr: (cr[0].release,
                                                                                            cr[0].node))))
         verdicts = {(c.column, k.id): k.verdict for c, r in cells for k in r.checks}
+        verdicts.update({(c.column, cid): r.no_result() for c, r in cells if r.interrupted for cid in r.missing})
         checks = sorted({cid for _, cid in verdicts})
         lines += [f"## {subject}", "", "| check | " + " | ".join(columns) + " |",
                   "| --- |" + " --- |" * len(columns)]
         for cid in checks:
-            lines.append(f"| {cid} | " + " | ".join(SHORT.get(verdicts.get((col, cid), ""), "-") for col in columns)
-                         + " |")
+            lines.append(f"| {cid} | " + " | ".join(short(verdicts.get((col, cid))) for col in columns) + " |")
         lines.append("")
         data["subjects"][subject] = {"columns": columns,
                                      "rows": {cid: {col: verdicts.get((col, cid)) for col in columns}
                                               for cid in checks}}
     (out / MATRIX_MD).write_text("\n".join(lines) + "\n")
     (out / MATRIX_JSON).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def short(verdict: str | None) -> str:
+    return SHORT.get(verdict or "", verdict or "-")

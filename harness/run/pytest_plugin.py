@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import re
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from harness.config.runconfig import (
 )
 from harness.controlplane import ControlPlane, ControlPlaneUnavailable, open_control_plane
 from harness.controlplane.client import KubeClient
+from harness.controlplane.local import START_TIMEOUT_S
 from harness.instruments import inotify_budget, progress
 from harness.instruments.doctor import machine_lacks
 from harness.instruments.timeline import WaitTimeout
@@ -41,7 +43,7 @@ from harness.launch.containers.engine import EngineUnavailable
 from harness.node.real.image import ImageError
 from harness.node.real.localnode import NodeAccess, NotOnRealKubelet
 from harness.node.real.localnode import unavailable as realnode_unavailable
-from harness.run import provenance, scheduler
+from harness.run import provenance, scheduler, sharedplane
 from harness.run.stopping import OrphanBackstop, StopSignals
 from harness.run.worker_death import worker_died
 from harness.spec import bundled
@@ -207,6 +209,8 @@ class Collector:
         self._run, self._error = run, error
         self.results: dict[str, CheckResult] = {}
         self.selected: list[str] = []  # check IDs collected for this run
+        self._collected: set[str] = set()  # node IDs the xdist workers collected, not yet in `selected`
+        self._suite_import: threading.Thread | None = None
         self.facts: dict[str, Any] = {}
         self.findings: list[str] = []
         self.cleanup: list[str] = []
@@ -303,6 +307,8 @@ class Collector:
         spec = self.run.control_plane
         if spec == "local":
             spec = os.environ.get(SHARED_CONTROL_PLANE_ENV, spec)
+        if spec.startswith(sharedplane.PENDING):  # `fakelet run` is still starting it (harness/run/sharedplane.py)
+            spec = sharedplane.await_plane(spec, 2 * START_TIMEOUT_S + sharedplane.WAIT_SLACK_S)
         if spec.startswith(UNAVAILABLE):
             yield None, spec.removeprefix(UNAVAILABLE)
             return
@@ -490,10 +496,27 @@ class Collector:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The xdist controller collects nothing itself: its workers' collections say what was selected."""
-        if self._run is not None:
-            package = self.run.suite_package
-            catalog(package)  # the controller imported no suite module yet
-            self.selected = sorted(set(self.selected) | set(check_ids_of(ids, package)))
+        if self._run is None:
+            return
+        self._collected.update(ids)
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        # The xdist controller imported no suite module yet (check_ids_of needs them): seconds of CPU on a loaded
+        # machine. xdist hands out the first check (the longest) only after the first worker's collection hooks
+        # return, so they are imported beside the checks, once the first has begun.
+        if self._collected and self._suite_import is None:
+            self._suite_import = threading.Thread(target=catalog, args=(self.run.suite_package,), daemon=True,
+                                                  name="suite-import")
+            self._suite_import.start()
+
+    def _suite_imported(self) -> None:
+        """The suite's modules imported in this process (check_ids_of reads them), and what was collected known."""
+        if self._suite_import is not None:
+            self._suite_import.join()
+        if self._collected:
+            catalog(self.run.suite_package)  # at once if imported; an import that failed on the thread raises here
+            ids, self._collected = sorted(self._collected), set()
+            self.selected = sorted(set(self.selected) | set(check_ids_of(ids, self.run.suite_package)))
 
     def _await_workers(self, session: pytest.Session) -> None:
         """Let interrupted xdist workers finish their teardown before xdist ends them.
@@ -616,11 +639,13 @@ class Collector:
         """The xdist controller, on a worker that died running `crashitem`: say how in its checks' details."""
         if self._run is not None:
             said = worker_died(getattr(report, "node", None))
+            self._suite_imported()
             for check_id in check_ids_of([crashitem], self.run.suite_package):
                 self.died[check_id] = said
 
     def subject_report(self) -> SubjectReport:
         self._finalize()
+        self._suite_imported()
         order = {cid: n for n, cid in enumerate(self.results)}
         missing = sorted(set(self.selected) - set(self.results))
         return SubjectReport(
@@ -669,8 +694,11 @@ class Collector:
             return  # an xdist worker: the controller writes the report
         if self.interrupted:
             self._await_workers(session)
+        if self._run is not None:
+            self._suite_imported()
         if self._run is not None and self._run.out is not None and (self.results or self.selected):
             report = self.subject_report()
+            sharedplane.resolved_spec()  # the shared plane's description, for the provenance, if it came up
             provenance.finish(self.run, report, self.provenance_start)
             write_all(report, self.run.out)
             if not self.interrupted and self.run.node == "fake":
