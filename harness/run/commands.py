@@ -46,6 +46,7 @@ from harness.node.real import runtime as node_runtime
 from harness.run import certify, explorecli, fidelity, matrix, scheduler, shards, subjectcli
 from harness.run import doctor as doctorcli
 from harness.run import prebuild as prebuildcli
+from harness.run.no_verdict import nothing_ran
 from harness.run.stopping import StopSignals
 from harness.run.version import VersionAction
 from harness.spec.checks import NAMED_SUITES, SUITES, catalog
@@ -467,13 +468,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, partial: SubjectReport | None) -> None:
         super().__init__()
         self.partial = partial
-
-
-def nothing_ran(run: RunConfig) -> SubjectReport:
-    """The report of a run interrupted before its first verdict: every selected check without one."""
-    selected = run.checks or list(catalog(run.suite_package))
-    return SubjectReport(subject=run.spec.name, profile=run.profile.name, seed=run.seed, defect=run.defect,
-                         kind=run.spec.kind, missing=sorted(selected), interrupted=True)
 
 
 def prebuild(run: RunConfig) -> None:

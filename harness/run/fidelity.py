@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.config.runconfig import RunConfig, check_kubelet_version
 from harness.kubelet.versions import KUBELET_VERSIONS, minor_of
+from harness.run.no_verdict import nothing_ran
 from harness.spec.checks import SUITES, catalog
 from harness.spec.subjects import ProfileError, fixtures_dir, load_subject, load_yaml
 from reports.model import INTERRUPTED, NO_VERDICT_INTERRUPTED, NOT_EXERCISED, SKIP, SubjectReport
@@ -371,7 +372,6 @@ def run(args: argparse.Namespace, targets: list[Target], known: list[Known], out
 def interrupted_rows(table: Table, plans: list[tuple[Target, dict[str, RunConfig]]],
                      partial: dict[str, SubjectReport], known: list[Known]) -> None:
     """The rows of the targets the stop left unfinished: what each side reported, the rest without a verdict."""
-    from harness.run.commands import nothing_ran  # commands imports this module
 
     table.interrupted = True
     ran = {r.target for r in table.rows}
