@@ -46,13 +46,13 @@ from harness.node.real import runtime as node_runtime
 from harness.run import certify, explorecli, fidelity, matrix, scheduler, shards, subjectcli
 from harness.run import doctor as doctorcli
 from harness.run import prebuild as prebuildcli
-from harness.run.no_verdict import nothing_ran
+from harness.run.no_verdict import interrupted_reports, nothing_ran
 from harness.run.stopping import StopSignals
 from harness.run.version import VersionAction
 from harness.spec.checks import NAMED_SUITES, SUITES, catalog
 from harness.spec.profiles import PROFILES
 from harness.spec.subjects import DEVICE_IDS, SKINS, ProfileError, all_subjects
-from reports.model import EXIT_CODES, NOT_CONFORMANT, SubjectReport, run_status
+from reports.model import EXIT_CODES, INTERRUPTED, NOT_CONFORMANT, SubjectReport, run_status
 from reports.stepsummary import append_step_summary
 from reports.terminal import report_lines
 from reports.writers import write_all, write_index
@@ -580,16 +580,25 @@ def print_report(report: SubjectReport) -> None:
     print("\n".join(report_lines(report)))
 
 
+def needs_shared_plane(runs: list[RunConfig]) -> bool:
+    """Whether any run needs the local API server: a DRA one, or one on the real kubelet."""
+    return any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs)
+
+
+def wants_scheduler(runs: list[RunConfig]) -> bool:
+    """kube-scheduler only for the kep5970 suite: it allocates its claims as a cluster would."""
+    return any(r.suite == "kep5970" for r in runs)
+
+
 def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
     """Start one local API server for every DRA or real-kubelet run, instead of one per check process."""
     from harness.controlplane import ControlPlaneUnavailable, open_control_plane
     from harness.run import provenance
 
-    if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
+    if not needs_shared_plane(runs):
         return None
     try:
-        # kube-scheduler only for the kep5970 suite: it allocates its claims as a cluster would.
-        plane = open_control_plane("local", scheduler=any(r.suite == "kep5970" for r in runs)).start()
+        plane = open_control_plane("local", scheduler=wants_scheduler(runs)).start()
     except ControlPlaneUnavailable as err:
         print(f"fakelet: no local API server ({err}); DRA checks that need one will skip", file=sys.stderr)
         spec = UNAVAILABLE + str(err)
@@ -605,13 +614,13 @@ def shared_control_plane(runs: list[RunConfig]) -> ControlPlane | None:
 def shared_plane_beside(runs: list[RunConfig]) -> BackgroundPlane | ControlPlane | None:
     """The local API server every DRA or real-kubelet run shares, starting while the first check run starts
     (harness/run/sharedplane.py): its checks wait for it, not the whole run."""
-    if not any((r.spec.is_dra or r.node == "real") and r.control_plane == "local" for r in runs):
+    if not needs_shared_plane(runs):
         return None
     from harness.run import provenance
     from harness.run.sharedplane import BackgroundPlane
 
     provenance.announce_plane(None)  # the check processes read the description the plane publishes
-    plane = BackgroundPlane(scheduler=any(r.suite == "kep5970" for r in runs))
+    plane = BackgroundPlane(scheduler=wants_scheduler(runs))
     os.environ[SHARED_CONTROL_PLANE_ENV] = plane.spec
     try:
         return plane.start()
@@ -803,13 +812,6 @@ def finish_reports(runs: list[RunConfig], reports: list[SubjectReport], stage: P
     return reports
 
 
-def interrupted_reports(runs: list[RunConfig], reports: list[SubjectReport]) -> list[SubjectReport]:
-    """Every subject marked interrupted; a subject that never ran lists every selected check as missing."""
-    for report in reports:
-        report.interrupted = True
-    return reports + [nothing_ran(run) for run in runs[len(reports):]]
-
-
 def write_reports(runs: list[RunConfig], reports: list[SubjectReport], directory: Path, interrupted: bool) -> None:
     if len(runs) == 1:
         write_all(reports[0], directory)
@@ -995,6 +997,12 @@ def scenario_once(args: argparse.Namespace, scenario: Scenario, out: Path) -> Su
     return report
 
 
+def said_interrupted(table: Path) -> int:
+    """A table command's last word on a stop signal: its table is written, marked INTERRUPTED."""
+    print(f"fakelet: interrupted; subjects stopped and sandboxes removed\ntable: {table}", file=sys.stderr)
+    return EXIT_CODES[INTERRUPTED]
+
+
 def cmd_fidelity(args: argparse.Namespace) -> int:
     # A stop while the flags are checked (the real node's probes take seconds) is acted on in fidelity.run.
     with _stop.shielded():
@@ -1007,9 +1015,7 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     finally:
         os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
     if table.interrupted:
-        print(f"fakelet: interrupted; subjects stopped and sandboxes removed\ntable: {out}/fidelity.md",
-              file=sys.stderr)
-        return 130
+        return said_interrupted(out / "fidelity.md")
     gaps = table.gaps()
     print(f"\nwall time: fake {table.wall_s['fake']:.1f}s, real {table.wall_s['real']:.1f}s; "
           f"{len(gaps)} unexplained difference(s)")
@@ -1104,9 +1110,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         finally:
             os.environ.pop(SHARED_CONTROL_PLANE_ENV, None)
         if _stop.requested:
-            print(f"fakelet: interrupted; subjects stopped and sandboxes removed\ntable: {out}/{matrix.MATRIX_MD}",
-                  file=sys.stderr)
-            return 130
+            return said_interrupted(out / matrix.MATRIX_MD)
     print(f"\ntable: {out}/{matrix.MATRIX_MD}")
     return EXIT_CODES[run_status([r for _, r in done])] if done else EXIT_OK
 

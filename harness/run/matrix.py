@@ -26,7 +26,7 @@ from typing import Any
 from harness.config.runconfig import RunConfig, check_kubelet_version
 from harness.kubelet.versions import minor_of
 from harness.run import shards
-from harness.run.no_verdict import nothing_ran
+from harness.run.no_verdict import interrupted_reports
 from harness.spec.checks import SUITES, catalog
 from harness.spec.subjects import ProfileError, load_subject
 from reports.merge import MergeError, ShardDir, check_shards
@@ -149,10 +149,8 @@ def run(args: argparse.Namespace, out: Path, run_one: Callable[..., SubjectRepor
 def interrupted_cells(runs: list[tuple[Cell, RunConfig]],
                       done: list[tuple[Cell, SubjectReport]]) -> list[tuple[Cell, SubjectReport]]:
     """Every cell marked interrupted; a cell that never ran lists every selected check without its verdict."""
-
-    for _, report in done:
-        report.interrupted = True
-    return done + [(cell, nothing_ran(config)) for cell, config in runs[len(done):]]
+    reports = interrupted_reports([config for _, config in runs], [report for _, report in done])
+    return list(zip([cell for cell, _ in runs], reports, strict=True))
 
 
 def load_cells(path: Path) -> list[SubjectReport]:
