@@ -348,3 +348,57 @@ def test_a_deleted_pods_cdi_is_judged_by_its_claims_own_devices_not_a_shared_one
     assert held, seen
     assert "1 shared device(s) stay" in seen
     assert not conditions._cdi({"pod": "w", "present": True})[0]
+
+
+# -- a read that failed is neither true nor false ------------------------------------------------------------
+
+ALLOCATABLE_OF_FIVE = {"pod_resources": {"allocatable": "r/gpu", "devices": {"at_least": 5}}}
+
+
+@pytest.fixture
+def rate_limited(tmp: Path) -> Any:
+    """A PodResources server whose rate limit rejects every call until the test gives it tokens."""
+    from harness.kubelet.podresources import DeviceEntry, PodResourcesServer, socket_path
+    from harness.kubelet.ratelimit import TokenBucket
+
+    class Four:
+        def pods(self) -> list:
+            return []
+
+        def allocatable(self) -> list:
+            return [DeviceEntry("r/gpu", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])]
+
+    with PodResourcesServer(socket_path(tmp), Four(), Timeline()) as server:
+        server.limiter = TokenBucket(qps=1e-9, burst=0)
+        stage = stage_on(Timeline())
+        stage.env.node = SimpleNamespace(running=True, pod_resources_socket=server.socket)
+        yield server, Conditions(stage)  # type: ignore[arg-type]
+
+
+def test_a_rejected_read_holds_neither_way_and_says_why(rate_limited: Any) -> None:
+    """The real-kubelet flake this guards: the kubelet's rate limit rejected a PodResources read, the read
+    counted as "fewer than 5 devices", and `not: {at least 5}` held on an answer nobody had."""
+    from harness.kubelet.ratelimit import TokenBucket
+
+    server, conditions = rate_limited
+    for judged in ({"not": ALLOCATABLE_OF_FIVE}, ALLOCATABLE_OF_FIVE):
+        ok, seen = conditions.holds(judged)
+        assert not ok and "rejected by rate limit" in conditions.unread and seen == conditions.unread
+    server.limiter = TokenBucket()
+    ok, seen = conditions.holds({"not": ALLOCATABLE_OF_FIVE,
+                                 "pod_resources": {"allocatable": "r/gpu", "devices": 4}})
+    assert ok and conditions.unread == "", seen
+    assert seen.startswith("not (PodResources GetAllocatableResources: r/gpu devices 4 (wanted at least 5))")
+    calls = [e for e in server.timeline.events(kind="podresources.call") if e.get("outcome") == "OK"]
+    assert len(calls) == 2  # List and GetAllocatableResources once for the judgement, not once per condition
+
+
+def test_a_step_judges_again_after_a_failed_read_even_when_nothing_happens(rate_limited: Any) -> None:
+    """No event may come to wake a step whose read was rejected: it judges again after UNREAD_RETRY_S."""
+    from harness.kubelet.ratelimit import TokenBucket
+
+    server, conditions = rate_limited
+    server.limiter = TokenBucket(qps=4.0, burst=2)
+    server.limiter._tokens = 0  # the two a judgement needs come back half a second after it was rejected
+    ok, seen = conditions.wait({"not": ALLOCATABLE_OF_FIVE}, within_s=30)
+    assert ok and conditions.unread == "", seen

@@ -35,6 +35,7 @@ from harness.kubelet.podresources import (
     read_pod_resources,
     socket_path,
 )
+from harness.kubelet.ratelimit import DEFAULT_BURST_TOKENS, LIMIT_EXCEEDED, TokenBucket
 from harness.launch.gobuild import build
 
 pr = wire.podresources
@@ -308,3 +309,37 @@ def test_upstream_client_reads_our_server(wirecompat_bin, tmp):
     assert [(e.get("method"), e.get("pod")) for e in timeline.events(kind="podresources.call")] == [
         ("List", None), ("GetAllocatableResources", None), ("Get", "team-b/dra-pod"),
         ("Get", "team-a/done-pod"), ("Get", "nowhere/ghost")]
+
+
+def test_a_burst_past_the_kubelets_rate_limit_is_rejected_and_fakelets_own_reads_keep_under_it(served):
+    """Upstream serves PodResources behind one token bucket (DefaultQPS 100, DefaultBurstTokens 10): the
+    eleventh call of a burst is ResourceExhausted "rejected by rate limit", before any handler. A scenario
+    condition judged on every timeline event bursts so; fakelet's own readers pace themselves and are never
+    rejected (the real-kubelet flake of test_condition_controls: a rejected read judged a negative control)."""
+    server, timeline = served
+    for _ in range(DEFAULT_BURST_TOKENS * 2):  # 40 paced calls: about 0.3 s once the first 10 are spent
+        read_pod_resources(server.socket, CALL_TIMEOUT_S)
+    assert all(e.get("outcome") == "OK" for e in timeline.events(kind="podresources.call"))
+    channel = insecure_unix_channel(str(server.socket))
+    try:
+        stub = wire.podresources_grpc.PodResourcesListerStub(channel)
+        codes = []
+        for _ in range(DEFAULT_BURST_TOKENS * 3):
+            try:
+                stub.List(pr.ListPodResourcesRequest(), timeout=CALL_TIMEOUT_S)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as err:
+                assert err.details() == LIMIT_EXCEEDED
+                codes.append(err.code())
+    finally:
+        channel.close()
+    assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes  # 30 unpaced calls outrun a 100/s refill
+    rejected = [e for e in timeline.events(kind="podresources.call") if "RESOURCE_EXHAUSTED" in e.get("outcome")]
+    assert len(rejected) == codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def test_the_bucket_refills_at_its_rate_and_never_past_its_burst() -> None:
+    bucket = TokenBucket(qps=10.0, burst=2)
+    assert bucket.allow() and bucket.allow() and not bucket.allow()
+    owed = bucket.reserve()
+    assert 0 < owed <= 0.1  # the next token, 1/qps away at most

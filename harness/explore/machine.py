@@ -369,7 +369,7 @@ class ExplorerMachine(RuleBasedStateMachine):
                 ok, _seen = conditions.holds(conds)
             except NO_VERDICT:
                 continue
-            if not ok:
+            if not ok and not conditions.unread:  # one that could not be read names nothing
                 which = invariant
                 break
         key = key_of(which, self.origin)

@@ -12,7 +12,8 @@ through GetActivePods (KubeletPodResourcesListUseActivePods, on by default
 since 1.34) and Get through GetPodByName, which applies the same filter, so a
 terminated pod is "not found". CPU and memory assignments are served empty:
 fakelet models no CPU or memory manager. Upstream's rate limit (100 qps,
-burst 10) is not modeled.
+burst 10, one bucket for all clients) is applied before each handler, as
+upstream's interceptor does, and fakelet's own reads keep under it (ratelimit.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from google.protobuf.message import Message
 
 from harness.instruments.grpcutil import SERVER_OPTIONS, insecure_unix_channel, status_of, unix_target
 from harness.instruments.timeline import Timeline
+from harness.kubelet.ratelimit import LIMIT_EXCEEDED, TokenBucket, pace
 from harness.wire import podresources, podresources_grpc
 
 SOCKET_DIR_NAME = "pod-resources"  # kubeletconfig defaults.go DefaultKubeletPodResourcesDirName
@@ -118,6 +120,7 @@ class PodResourcesServer:
         self.socket, self.provider, self.timeline = Path(socket), provider, timeline
         self.translate, self.source = translate, source
         self._server: grpc.Server | None = None
+        self.limiter = TokenBucket()  # server.go ListenAndServePodResources: apisgrpc.WithRateLimiter
 
     def start(self) -> PodResourcesServer:
         self.socket.parent.mkdir(mode=SOCKET_DIR_MODE, parents=True, exist_ok=True)
@@ -171,6 +174,10 @@ class PodResourcesServer:
         fields: dict[str, Any] = {}
         if isinstance(request, podresources.GetPodResourcesRequest):
             fields["pod"] = f"{request.pod_namespace}/{request.pod_name}"
+        if not self.limiter.allow():
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            self._record(method, f"{code.name}: {LIMIT_EXCEEDED}", fields)
+            context.abort(code, LIMIT_EXCEEDED)
         try:
             response = answer()
             if self.translate is not None:
@@ -276,8 +283,10 @@ def read_pod_resources(socket_path: Path | str, timeout_s: float) -> dict[str, A
     channel = insecure_unix_channel(str(socket_path))
     try:
         stub = podresources_grpc.PodResourcesListerStub(channel)
+        pace(str(socket_path), deadline)
         listed = stub.List(podresources.ListPodResourcesRequest(), wait_for_ready=True,
                            timeout=max(deadline - time.monotonic(), 0))
+        pace(str(socket_path), deadline)
         allocatable = stub.GetAllocatableResources(podresources.AllocatableResourcesRequest(), wait_for_ready=True,
                                                    timeout=max(deadline - time.monotonic(), 0))
     finally:
@@ -292,11 +301,13 @@ def get_pod_resources(socket_path: Path | str, namespace: str, name: str, timeou
     """Get for one pod, as the dict `read_pod_resources` gives for a listed pod. gRPC errors propagate: an
     unknown pod is code UNKNOWN with ERR_POD_NOT_FOUND's text (upstream's plain Go error), and a kubelet
     without the KubeletPodResourcesGet feature gate answers "PodResources API Get method disabled"."""
+    deadline = time.monotonic() + timeout_s
     channel = insecure_unix_channel(str(socket_path))
     try:
         stub = podresources_grpc.PodResourcesListerStub(channel)
+        pace(str(socket_path), deadline)
         got = stub.Get(podresources.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace),
-                       wait_for_ready=True, timeout=timeout_s)
+                       wait_for_ready=True, timeout=max(deadline - time.monotonic(), 0))
     finally:
         channel.close()
     return _pod_dict(got.pod_resources)

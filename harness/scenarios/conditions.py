@@ -14,6 +14,10 @@ never reaches an operator, and the fake kubelet, which sees every change, is hel
 that wants the first moment asks for it (`glimpse: true`). Counts of events (`calls`, `dialed`,
 `held`) are judged when they are reached: what happened stays happened.
 
+A condition whose read failed (a PodResources call rejected by the kubelet's rate limit or timed out, the API
+server not answering) is neither true nor false this time (`Unread`): `not` of it does not hold either, and the
+step judges again after UNREAD_RETRY_S. A step that ends on an unread condition has no verdict (inconclusive).
+
 The calls and dials are read off the timeline: the fake kubelet records its side
 of the plugin wire, and so does the relay in front of a real kubelet. Where
 nobody recorded that wire, `calls` and `dialed` say Inconclusive instead of
@@ -53,6 +57,10 @@ HOLD_S = STATE_HOLD_S  # a state counts once it outlasted a node-status period, 
 # Conditions that count events on the timeline: judged when reached, never held (see is_state).
 COUNTED = frozenset({"calls", "dialed", "held"})
 PODRESOURCES_TIMEOUT_S = 5.0  # one List and GetAllocatableResources on a local socket
+# How soon a step judges again after a read failed: no event may come to wake it, and a rate-limited kubelet
+# has its burst back within 0.1 s (ratelimit.py).
+UNREAD_RETRY_S = 1.0
+HTTP_NOT_FOUND = 404
 # What reading a condition itself puts on the timeline (the fake PodResources server records each call): no
 # reason to judge again, or a condition that reads PodResources would wake itself in a loop until its deadline.
 OWN_EVENTS = frozenset({"podresources.call"})
@@ -100,9 +108,15 @@ def live_endpoints(events: list[Event]) -> set[str]:
     return set(live)
 
 
+class Unread(Exception):
+    """A condition could not be read this time: the answer it needed was not had."""
+
+
 class Conditions:
     def __init__(self, stage: Stage) -> None:
         self.stage, self.env = stage, stage.env
+        self.unread = ""  # why the last judgement had no answer; "" when it had one
+        self._round: dict[str, Any] = {}  # what one judgement read, shared by its conditions (one read each)
         # `since: step` counts from here: the step that holds these conditions began.
         self.step_began_ns = getattr(stage, "step_began_ns", stage.began_ns)
 
@@ -152,7 +166,8 @@ class Conditions:
             ok, seen = self.holds(conditions)
             if ok or deadline - time.monotonic() <= 0:
                 return ok, seen, index
-            index += len(self._changes(index, deadline))
+            retry = min(deadline, time.monotonic() + UNREAD_RETRY_S) if self.unread else deadline
+            index += len(self._changes(index, retry))
 
     def _throughout(self, conditions: dict[str, Any], span_s: float, index: int) -> tuple[bool, str, int | None]:
         """(held, the last sight or the breach, the breach's timeline time when an event showed it), judging
@@ -225,6 +240,17 @@ class Conditions:
     # -- one step's conditions ------------------------------------------------------------------------
 
     def holds(self, conditions: dict[str, Any]) -> tuple[bool, str]:
+        """(every condition holds, what was seen); False with `unread` set when one could not be read."""
+        self.unread, self._round = "", {}
+        try:
+            return self._all(conditions)
+        except Unread as err:
+            self.unread = str(err)
+            return False, self.unread
+        finally:
+            self._round = {}
+
+    def _all(self, conditions: dict[str, Any]) -> tuple[bool, str]:
         seen = []
         for key, want in conditions.items():
             ok, sight = getattr(self, f"_{key}")(want)
@@ -234,7 +260,10 @@ class Conditions:
         return True, "; ".join(seen)
 
     def _not(self, inner: dict[str, Any]) -> tuple[bool, str]:
-        ok, seen = self.holds(inner)
+        try:
+            ok, seen = self._all(inner)
+        except Unread as err:
+            raise Unread(f"not ({err})") from None  # unknown either way: not of it does not hold
         return (not ok), f"not ({seen})"
 
     def _registered(self, want: Any) -> tuple[bool, str]:
@@ -362,8 +391,11 @@ class Conditions:
         """The pod's devices as the kubelet's PodResources API answers List (the real node's reads it too)."""
         node = self.env.node
         if not isinstance(node, FakeNode):
-            return node.pod_devices(key)
-        answer = read_pod_resources(node.pod_resources_socket, PODRESOURCES_TIMEOUT_S)
+            try:
+                return node.pod_devices(key)
+            except grpc.RpcError as err:
+                raise Unread(f"PodResources List failed: {status_of(err)}") from None
+        answer = self._pod_resources_answer(node.pod_resources_socket)
         out: dict[str, list[str]] = {}
         for pod in answer.get("pods") or []:
             if pod.get("name") != key:
@@ -383,10 +415,7 @@ class Conditions:
             raise Inconclusive(f"the {type(node).__name__}'s PodResources socket is out of fakelet's reach")
         if "allocatable" in want:
             resource = want["allocatable"]
-            try:
-                answer = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)
-            except grpc.RpcError as err:
-                return False, f"PodResources GetAllocatableResources failed: {status_of(err)}"
+            answer = self._pod_resources_answer(socket)
             count = sum(len(d["device_ids"]) for d in answer["allocatable"]["devices"]
                         if d["resource_name"] == resource)
             ok, seen = self._count("devices", count, want["devices"])
@@ -395,9 +424,7 @@ class Conditions:
         via = want.get("via", "List")
         resource = want.get("resource") or (self.env.driver if self.stage.is_dra  # type: ignore[attr-defined]
                                             else self.env.spec.resource)
-        found, failed = self._pod_answer(pod, via, socket)
-        if failed:
-            return False, f"PodResources {via} failed: {failed}"
+        found = self._pod_answer(pod, via, socket)
         results = []
         if "present" in want:
             results.append(((found is not None) == want["present"],
@@ -406,25 +433,35 @@ class Conditions:
             results.append(self._count(f"{resource} devices", _devices_in(found, resource), want["devices"]))
         return all(r[0] for r in results), f"PodResources {via}: pod {pod.name} " + ", ".join(r[1] for r in results)
 
-    def _pod_answer(self, pod: Any, via: str, socket: Any) -> tuple[dict[str, Any] | None, str]:
-        """(the pod as PodResources answers List or Get for it, or None when it is not there; an error)."""
+    def _pod_resources_answer(self, socket: Any) -> dict[str, Any]:
+        """List and GetAllocatableResources as the kubelet answers them, read once per judgement (a `not` and
+        its positive read the same answer, and keep under the kubelet's rate limit)."""
+        if "pod_resources" not in self._round:
+            try:
+                self._round["pod_resources"] = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)
+            except grpc.RpcError as err:
+                raise Unread(f"PodResources List or GetAllocatableResources failed: {status_of(err)}") from None
+        return self._round["pod_resources"]  # type: ignore[no-any-return]
+
+    def _pod_answer(self, pod: Any, via: str, socket: Any) -> dict[str, Any] | None:
+        """The pod as PodResources answers List or Get for it, or None when it is not there."""
         identity = self._pod_identity(pod)
         if identity is None:
-            return None, ""  # never made on the node: no kubelet can list it
+            return None  # never made on the node: no kubelet can list it
         namespace, name = identity
+        if via == "List":
+            listed = self._pod_resources_answer(socket)["pods"]
+            return next((p for p in listed if p["name"] == name and p["namespace"] == namespace), None)
         try:
-            if via == "Get":
-                return get_pod_resources(socket, namespace, name, PODRESOURCES_TIMEOUT_S), ""
-            listed = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)["pods"]
+            return get_pod_resources(socket, namespace, name, PODRESOURCES_TIMEOUT_S)
         except grpc.RpcError as err:
             details = (err.details() if hasattr(err, "details") else "") or ""
-            if via == "Get" and GET_DISABLED in details:
+            if GET_DISABLED in details:
                 raise Inconclusive("PodResources Get is disabled on this kubelet (feature gate KubeletPodResourcesGet, "
                                    "off by default before 1.34): " + details) from None
-            if via == "Get" and err.code() == grpc.StatusCode.UNKNOWN and details.endswith(" not found"):  # type: ignore[attr-defined]
-                return None, ""  # upstream's answer for a pod it does not hold (a plain error, code Unknown)
-            return None, status_of(err)
-        return next((p for p in listed if p["name"] == name and p["namespace"] == namespace), None), ""
+            if err.code() == grpc.StatusCode.UNKNOWN and details.endswith(" not found"):  # type: ignore[attr-defined]
+                return None  # upstream's answer for a pod it does not hold (a plain error, code Unknown)
+            raise Unread(f"PodResources Get failed: {status_of(err)}") from None
 
     def _pod_identity(self, pod: Any) -> tuple[str, str] | None:
         """(namespace, name) of the pod as the kubelet knows it: a DRA pod's API object; on the fake kubelet a
@@ -452,19 +489,29 @@ class Conditions:
             try:
                 got = env.client.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
             except ApiError as err:
-                return False, f"no status: pod {pod.name} not read ({err})"
+                return self._status_not_read(pod.name, err)
             status = {c.get("name", ""): c.get("allocatedResourcesStatus") or []
                       for c in (got.get("status") or {}).get("containerStatuses") or []}
         elif self.stage.is_dra:
             return False, f"no status: pod {pod.name} was never made on the node ({pod.created})"
         else:
-            status = node.allocated_resources_status(pod.key)
+            try:
+                status = node.allocated_resources_status(pod.key)
+            except ApiError as err:
+                return self._status_not_read(pod.name, err)
         health = [r.get("health") for entries in status.values() for entry in entries
                   for r in (entry.get("resources") or [entry])]
         if not health and self.stage.is_dra and (off := _no_health_status(node)):
             raise Inconclusive(f"resources_status of {pod.name}: {off}")
         ok = bool(health) and all(h == want["health"] for h in health)
         return ok, f"allocatedResourcesStatus of {pod.name}: {', '.join(map(str, health)) or 'none'}"
+
+    @staticmethod
+    def _status_not_read(pod: str, err: ApiError) -> tuple[bool, str]:
+        """A pod the API server no longer has shows no status; any other error leaves the status unread."""
+        if err.status != HTTP_NOT_FOUND:
+            raise Unread(f"pod {pod}'s status not read: {err}")
+        return False, f"no status: pod {pod} is gone ({err})"
 
     def _wire(self, what: str) -> None:
         """No verdict on the kubelet's side of the plugin wire where nobody recorded it: a count there would

@@ -144,10 +144,19 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
         conditions = Conditions(self)
         if step.options.get("glimpse"):
             ok, seen = conditions.wait(step.arg, within)
-            return ok, seen, " (a glimpse counts)"
-        ok, seen = conditions.settle(step.arg, within)
-        held = any(is_state(key, want) for key, want in step.arg.items())
-        return ok, seen, f", held {HOLD_S:g}s" if held else ""
+            held = " (a glimpse counts)"
+        else:
+            ok, seen = conditions.settle(step.arg, within)
+            held = f", held {HOLD_S:g}s" if any(is_state(key, want) for key, want in step.arg.items()) else ""
+        if not ok:
+            self._no_answer(step, conditions, f"within {within:g}s{held}")
+        return ok, seen, held
+
+    @staticmethod
+    def _no_answer(step: Step, conditions: Conditions, span: str) -> None:
+        """A step that ended on a condition it could not read has no verdict, either way."""
+        if conditions.unread:
+            raise Inconclusive(f"{flow(step.arg)} could not be judged {span}: {conditions.unread}")
 
     def _do_wait(self, step: Step) -> None:
         within = self._default_within(step)
@@ -162,6 +171,7 @@ class Stage(KubeletSteps, PluginSteps, PodSteps, DeviceSteps, WireSteps):
             span = duration_s(step.options["throughout"]) or 0.0
             ok, seen = conditions.throughout(step.arg, span)
             if not ok:
+                self._no_answer(step, conditions, f"throughout {span:g}s")
                 raise Symptom(f"expected {flow(step.arg)} throughout {span:g}s; saw {seen}")
             self.tell(f"held for {span:g}s: {flow(step.arg)} ({seen})")
             return
