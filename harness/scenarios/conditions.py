@@ -27,6 +27,7 @@ counting 0 (`wire_recorded`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -116,7 +117,7 @@ class Conditions:
     def __init__(self, stage: Stage) -> None:
         self.stage, self.env = stage, stage.env
         self.unread = ""  # why the last judgement had no answer; "" when it had one
-        self._round: dict[str, Any] = {}  # what one judgement read, shared by its conditions (one read each)
+        self._round: dict[str, Any] | None = None  # what the judgement under way read, shared by its conditions
         # `since: step` counts from here: the step that holds these conditions began.
         self.step_began_ns = getattr(stage, "step_began_ns", stage.began_ns)
 
@@ -248,7 +249,16 @@ class Conditions:
             self.unread = str(err)
             return False, self.unread
         finally:
-            self._round = {}
+            self._round = None
+
+    def _once(self, what: str, read: Callable[[], Any]) -> Any:
+        """`read()`, once per judgement: a `not` and its positive judge the same answer, and a kubelet's rate
+        limit sees one call."""
+        if self._round is None:
+            return read()
+        if what not in self._round:
+            self._round[what] = read()
+        return self._round[what]
 
     def _all(self, conditions: dict[str, Any]) -> tuple[bool, str]:
         seen = []
@@ -436,12 +446,11 @@ class Conditions:
     def _pod_resources_answer(self, socket: Any) -> dict[str, Any]:
         """List and GetAllocatableResources as the kubelet answers them, read once per judgement (a `not` and
         its positive read the same answer, and keep under the kubelet's rate limit)."""
-        if "pod_resources" not in self._round:
-            try:
-                self._round["pod_resources"] = read_pod_resources(socket, PODRESOURCES_TIMEOUT_S)
-            except grpc.RpcError as err:
-                raise Unread(f"PodResources List or GetAllocatableResources failed: {status_of(err)}") from None
-        return self._round["pod_resources"]  # type: ignore[no-any-return]
+        try:
+            return self._once("pod_resources",  # type: ignore[no-any-return]
+                              lambda: read_pod_resources(socket, PODRESOURCES_TIMEOUT_S))
+        except grpc.RpcError as err:
+            raise Unread(f"PodResources List or GetAllocatableResources failed: {status_of(err)}") from None
 
     def _pod_answer(self, pod: Any, via: str, socket: Any) -> dict[str, Any] | None:
         """The pod as PodResources answers List or Get for it, or None when it is not there."""
@@ -643,8 +652,15 @@ class Conditions:
         return False, (f"the {method} held ended: {hold.ended()}" if hold.received()
                        else f"no {method} received yet")
 
+    def _published(self) -> list[dict[str, Any]]:
+        """The node's ResourceSlices as the API server lists them."""
+        try:
+            return self._once("slices", self.env.slices)  # type: ignore[attr-defined,no-any-return]
+        except ApiError as err:
+            raise Unread(f"the node's ResourceSlices not listed: {err}") from None
+
     def _slices(self, want: dict[str, Any]) -> tuple[bool, str]:
-        slices = self.env.slices()  # type: ignore[attr-defined]
+        slices = self._published()
         count = sum(len((s.get("spec") or {}).get("devices") or []) for s in slices)
         return self._count("published devices", count, want["devices"])
 
@@ -660,7 +676,7 @@ class Conditions:
                                "or the DRA relay's copy from the wire in front of a real one; this node has neither")
         env: Any = self.env
         pools = {d.get("name"): str(((sl.get("spec") or {}).get("pool") or {}).get("name", ""))
-                 for sl in env.slices() for d in (sl.get("spec") or {}).get("devices") or []}
+                 for sl in self._published() for d in (sl.get("spec") or {}).get("devices") or []}
         seen = []
         for key, health in (("healthy", "Healthy"), ("unhealthy", "Unhealthy")):
             for ref in want.get(key, []):
@@ -701,14 +717,17 @@ class Conditions:
         devices are those the driver publishes; a rule selects one by driver, pool and name, as the eviction
         controller matches it."""
         env: Any = self.env
-        slices = env.slices()
+        slices = self._published()
         published = device_taints(slices)
         out = {d: list(ts) if source != "rules" else [] for d, ts in published.items()}
         if source == "driver":
             return out
         if env.taint_rules is None:
             raise Inconclusive("taints from DeviceTaintRules need an API server")
-        rules = env.taint_rules.in_cluster()  # none where no version is served: no rule can exist there
+        try:
+            rules = env.taint_rules.in_cluster()  # none where no version is served: no rule can exist there
+        except ApiError as err:
+            raise Unread(f"DeviceTaintRules not listed: {err}") from None
         for sl in slices:
             spec = sl.get("spec") or {}
             driver, pool = spec.get("driver", ""), str((spec.get("pool") or {}).get("name", ""))
