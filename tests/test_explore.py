@@ -613,7 +613,10 @@ def test_explore_finds_a_dra_mutant_through_the_health_stream(tmp_path: Path) ->
     result, took = _explore(tmp_path, "reference-dra", "single-stream", 45, 1, rules, MUTANT_BOUND_S, first=True)
     if "error" in result.report.facts["explore"]:
         pytest.skip(result.report.facts["explore"]["error"])  # no API server here: DRA cannot run
-    assert took <= 45 + 60, f"the budget and the API server's start bound the run: {took:.0f}s"
+    # The API server's start has its own bound (START_TIMEOUT_S: 3 s idle, over 60 s at CI's worst load); the
+    # budget bounds what follows it, stopping the API server included.
+    searched = took - result.report.facts["explore"]["control_plane_s"]
+    assert searched <= 45 + 30, f"the budget bounds the run once the API server is up: {searched:.0f}s"
     assert result.finding is not None and result.finding.invariant == "EXP-DRA-HEALTH", result.report.facts
     assert result.replayed == REPRODUCED
 

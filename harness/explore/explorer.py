@@ -119,6 +119,7 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
     result = Result(report)
     # One API server for every example (DRA, and the real kubelet's node joins it), as a scenario's.
     plane, why = runner._control_plane(run, run.node)
+    plane_s = time.monotonic() - began  # bounded by the API server's own start bound, not by the budget
     ctx, rules = _without_eviction(ctx, rules, plane, say)
     rules = nodes.runnable(rules, run.node, say)
     # A step that started before the end may still wait out its bound after it (a mutant that never reacts).
@@ -151,6 +152,7 @@ def explore(run: RunConfig, options: Options, out: Path, say: Callable[[str], No
         if plane is not None:
             plane.stop()
     _fill(report, result, session, options, began, out, shown or out)
+    report.facts["explore"]["control_plane_s"] = round(plane_s, 3)
     if options.replay_on and not result.interrupted:
         result.interrupted = nodes.replay_findings(run, options.replay_on, [
             (k.repro, k.finding.invariant) for k in result.findings if k.repro is not None], out, report, say)
