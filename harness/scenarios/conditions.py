@@ -393,36 +393,26 @@ class Conditions:
         node = self.env.node
         if not node.running:
             return False, "no PodResources answer: the kubelet is not running"
-        devices = [d for ds in self._listed_devices(pod.key).values() for d in ds]
-        ok, seen = self._count("devices", len(devices), want["count"])
+        # The pod as the kubelet's PodResources API answers List, on either kubelet: every resource's devices.
+        found = self._pod_answer(pod, "List", self._pod_resources_socket()) or {}
+        count = sum(len(d.get("device_ids") or []) for c in found.get("containers") or []
+                    for d in c.get("devices") or [])
+        ok, seen = self._count("devices", count, want["count"])
         return ok, f"PodResources: pod {pod.name} has {seen}"
 
-    def _listed_devices(self, key: str) -> dict[str, list[str]]:
-        """The pod's devices as the kubelet's PodResources API answers List (the real node's reads it too)."""
+    def _pod_resources_socket(self) -> Any:
         node = self.env.node
-        if not isinstance(node, FakeNode):
-            try:
-                return node.pod_devices(key)
-            except grpc.RpcError as err:
-                raise Unread(f"PodResources List failed: {status_of(err)}") from None
-        answer = self._pod_resources_answer(node.pod_resources_socket)
-        out: dict[str, list[str]] = {}
-        for pod in answer.get("pods") or []:
-            if pod.get("name") != key:
-                continue
-            for container in pod.get("containers") or []:
-                for device in container.get("devices") or []:
-                    out.setdefault(device["resource_name"], []).extend(device.get("device_ids") or [])
-        return out
+        socket = getattr(node, "pod_resources_socket", None)
+        if socket is None:
+            raise Inconclusive(f"the {type(node).__name__}'s PodResources socket is out of fakelet's reach")
+        return socket
 
     def _pod_resources(self, want: dict[str, Any]) -> tuple[bool, str]:
         """What the kubelet's PodResources API answers now: List or Get for one pod, GetAllocatableResources."""
         node = self.env.node
         if not node.running:
             return False, "no PodResources answer: the kubelet is not running"
-        socket = getattr(node, "pod_resources_socket", None)
-        if socket is None:
-            raise Inconclusive(f"the {type(node).__name__}'s PodResources socket is out of fakelet's reach")
+        socket = self._pod_resources_socket()
         if "allocatable" in want:
             resource = want["allocatable"]
             answer = self._pod_resources_answer(socket)
